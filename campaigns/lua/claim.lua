@@ -1,0 +1,63 @@
+--[[
+Claim one coupon of a campaign: every check first, then every change, in one atomic step.
+
+KEYS[1] meta    hash    starts_ms, ends_ms, paused ("0"/"1"), limit (per-user limit)
+KEYS[2] stock   string  coupons left
+KEYS[3] users   hash    user id -> coupons this user claimed
+KEYS[4] ledger  stream  claims awaiting the drain into PostgreSQL (field u = user id)
+KEYS[5] idem    string  the stored answer "<code>:<ledger id>" for this (user, Idempotency-Key)
+KEYS[6] drain   string  flag: a drain trigger is already pending for this campaign
+ARGV[1] user id (validated by the caller)
+ARGV[2] "1" when the request carries an Idempotency-Key (KEYS[5] is then read and written), else "0"
+ARGV[3] how long an idempotent answer is kept, milliseconds
+ARGV[4] how long the drain-trigger flag lives, milliseconds
+
+Returns {code, ledger_id, flags}
+  code       0 claimed, 1 limit_reached, 2 sold_out, 3 not_started, 4 ended, 5 paused,
+             -1 the campaign has no (complete) state in Redis: nothing was changed
+  ledger_id  the stream entry id of the claim ("" unless claimed)
+  flags      bit 1: this answer is a replay of an earlier one; bit 2: the caller must send a drain trigger
+--]]
+if ARGV[2] == '1' then
+  local previous = redis.call('GET', KEYS[5])
+  if previous then
+    local sep = string.find(previous, ':', 1, true)
+    return {tonumber(string.sub(previous, 1, sep - 1)), string.sub(previous, sep + 1), 1}
+  end
+end
+
+local meta = redis.call('HMGET', KEYS[1], 'starts_ms', 'ends_ms', 'paused', 'limit')
+local stock = redis.call('GET', KEYS[2])
+if not meta[1] or not meta[2] or not meta[4] or not stock then
+  return {-1, '', 0}
+end
+
+local clock = redis.call('TIME')
+local now_ms = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+local code = 0
+if now_ms < tonumber(meta[1]) then
+  code = 3
+elseif now_ms >= tonumber(meta[2]) then
+  code = 4
+elseif meta[3] == '1' then
+  code = 5
+elseif tonumber(redis.call('HGET', KEYS[3], ARGV[1]) or '0') >= tonumber(meta[4]) then
+  code = 1
+elseif tonumber(stock) < 1 then
+  code = 2
+end
+
+local ledger_id = ''
+local flags = 0
+if code == 0 then
+  redis.call('DECR', KEYS[2])
+  redis.call('HINCRBY', KEYS[3], ARGV[1], 1)
+  ledger_id = redis.call('XADD', KEYS[4], '*', 'u', ARGV[1])
+  if redis.call('SET', KEYS[6], '1', 'NX', 'PX', ARGV[4]) then
+    flags = 2
+  end
+end
+if ARGV[2] == '1' then
+  redis.call('SET', KEYS[5], code .. ':' .. ledger_id, 'PX', ARGV[3])
+end
+return {code, ledger_id, flags}

@@ -1,0 +1,47 @@
+--[[
+Load (preheat) or refresh a campaign's state in Redis and set when its keys expire.
+
+KEYS[1] meta    hash    starts_ms, ends_ms, paused, limit, total
+KEYS[2] stock   string  coupons left
+KEYS[3] users   hash    user id -> coupons claimed (filled by the caller before a rebuild); it holds the
+                        field "" (never a user id) so that it exists, and expires, before the first claim
+KEYS[4] ledger  stream  claims awaiting the drain
+ARGV[1] starts_ms   ARGV[2] ends_ms   ARGV[3] paused "0"/"1"   ARGV[4] per-user limit   ARGV[5] total stock
+ARGV[6] expire_at_ms: absolute expiry of every key (the campaign's end plus a grace period)
+ARGV[7] stock to set when the stock key is missing, or "" to leave a missing stock missing
+ARGV[8] consumer group of the drain
+ARGV[9] last ledger id already persisted ("0-0" if none): a new stream never issues ids at or below it
+
+Returns {stock_created (0/1), stock (or -1 when missing)}
+--]]
+redis.call('HSET', KEYS[1], 'starts_ms', ARGV[1], 'ends_ms', ARGV[2], 'paused', ARGV[3],
+           'limit', ARGV[4], 'total', ARGV[5])
+
+redis.call('HSETNX', KEYS[3], '', '0')
+
+local created = 0
+if ARGV[7] ~= '' and redis.call('EXISTS', KEYS[2]) == 0 then
+  redis.call('SET', KEYS[2], ARGV[7])
+  created = 1
+end
+
+if redis.call('EXISTS', KEYS[4]) == 0 then
+  redis.call('XGROUP', 'CREATE', KEYS[4], ARGV[8], '$', 'MKSTREAM')
+  if ARGV[9] ~= '0-0' then
+    redis.call('XSETID', KEYS[4], ARGV[9])
+  end
+else
+  -- The stream exists: make sure the group does too, delivering everything already in it.
+  local ok = redis.pcall('XGROUP', 'CREATE', KEYS[4], ARGV[8], '0')
+  if type(ok) == 'table' and ok.err and not string.find(ok.err, 'BUSYGROUP', 1, true) then
+    return redis.error_reply(ok.err)
+  end
+end
+
+for i = 1, 4 do
+  if redis.call('EXISTS', KEYS[i]) == 1 then
+    redis.call('PEXPIREAT', KEYS[i], ARGV[6])
+  end
+end
+local stock = redis.call('GET', KEYS[2])
+return {created, stock and tonumber(stock) or -1}

@@ -1,0 +1,116 @@
+"""python manage.py campaign_create --name NAME --stock N [...]: create a campaign; print one JSON line."""
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime, timedelta
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils import timezone
+
+from campaigns.errors import ApplicationError
+from campaigns.models import Audience, DiscountType
+from campaigns.services import campaign_create
+
+RELATIVE_RE = re.compile(r"\+([0-9]{1,6})([smhd])")
+UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_moment(text: str, *, relative_to: datetime, flag: str) -> datetime:
+    """Parse 'now', '+30m' / '+2h' / '+7d' (after `relative_to`) or ISO 8601 (naive = operator's zone)."""
+    if text == "now":
+        return timezone.now()
+    match = RELATIVE_RE.fullmatch(text)
+    if match:
+        return relative_to + timedelta(seconds=int(match.group(1)) * UNIT_SECONDS[match.group(2)])
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise CommandError(f"{flag}: expected ISO 8601, 'now' or +N[smhd], got {text!r}") from exc
+    if timezone.is_naive(moment):
+        moment = timezone.make_aware(moment, timezone.get_default_timezone())
+    return moment
+
+
+def parse_money(text: str | None, *, flag: str) -> Decimal | None:
+    if text is None:
+        return None
+    try:
+        value = Decimal(text)
+    except InvalidOperation as exc:
+        raise CommandError(f"{flag}: not an amount: {text!r}") from exc
+    if not value.is_finite() or value < 0 or value.as_tuple().exponent < -2:  # type: ignore[operator]
+        raise CommandError(f"{flag}: an amount is >= 0 with at most 2 decimals, got {text!r}")
+    return value
+
+
+def campaign_summary(campaign: Any) -> dict[str, Any]:
+    return {
+        "id": campaign.pk,
+        "name": campaign.name,
+        "state": campaign.state,
+        "starts_at": campaign.starts_at.isoformat(),
+        "ends_at": campaign.ends_at.isoformat(),
+        "total_stock": campaign.total_stock,
+        "per_user_limit": campaign.per_user_limit,
+        "published": campaign.published_at is not None,
+    }
+
+
+class Command(BaseCommand):
+    help = "Create a campaign (with --publish, also publish and preheat it). Prints one JSON line."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--name", required=True)
+        parser.add_argument("--stock", required=True, type=int)
+        parser.add_argument("--per-user-limit", type=int, default=1)
+        parser.add_argument("--starts", default="now", help="ISO 8601 (naive = operator's zone) or 'now'")
+        parser.add_argument("--ends", default="+2h", help="ISO 8601 or +N[smhd] after the start")
+        parser.add_argument("--discount", default="10.00", help="an amount (50.00) or a percentage (15%%)")
+        parser.add_argument("--max-discount", help="cap of a percentage discount")
+        parser.add_argument("--min-spend", default="0")
+        parser.add_argument("--currency", default="CNY")
+        validity = parser.add_mutually_exclusive_group()
+        validity.add_argument("--valid-until", help="ISO 8601: coupons valid until then (inclusive)")
+        validity.add_argument("--valid-days", type=int, help="coupons valid N days after the claim")
+        parser.add_argument("--audience", choices=[a.value for a in Audience], default=Audience.ALL)
+        parser.add_argument("--publish", action="store_true", help="publish and load into Redis now")
+
+    def handle(self, *args: Any, **opts: Any) -> None:
+        starts_at = parse_moment(opts["starts"], relative_to=timezone.now(), flag="--starts")
+        ends_at = parse_moment(opts["ends"], relative_to=starts_at, flag="--ends")
+        discount_text: str = opts["discount"]
+        is_percent = discount_text.endswith("%")
+        discount = parse_money(discount_text.rstrip("%"), flag="--discount")
+        valid_until = (
+            parse_moment(opts["valid_until"], relative_to=ends_at, flag="--valid-until")
+            if opts["valid_until"] else None
+        )
+        if opts["stock"] < 0:
+            raise CommandError("--stock: must be 0 or more")
+        if opts["per_user_limit"] < 1:
+            raise CommandError("--per-user-limit: must be 1 or more")
+        if opts["valid_days"] is not None and opts["valid_days"] < 1:
+            raise CommandError("--valid-days: must be 1 or more")
+        try:
+            campaign = campaign_create(
+                name=opts["name"],
+                total_stock=opts["stock"],
+                per_user_limit=opts["per_user_limit"],
+                starts_at=starts_at,
+                ends_at=ends_at,
+                discount_type=DiscountType.PERCENT if is_percent else DiscountType.FIXED,
+                discount_value=discount or Decimal("0"),
+                max_discount=parse_money(opts["max_discount"], flag="--max-discount"),
+                min_spend=parse_money(opts["min_spend"], flag="--min-spend") or Decimal("0"),
+                currency=opts["currency"].upper(),
+                valid_until=valid_until,
+                valid_days=opts["valid_days"],
+                audience=opts["audience"],
+                publish=opts["publish"],
+            )
+        except ApplicationError as exc:
+            raise CommandError(exc.message) from exc
+        self.stdout.write(json.dumps(campaign_summary(campaign)))

@@ -1,0 +1,132 @@
+"""What an operator defines: a campaign, its window, stock, limits and the coupon rule it issues."""
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from django.core.exceptions import ValidationError
+from django.core.validators import MinValueValidator
+from django.db import models
+from django.db.models import F, Q
+from django.utils import timezone
+
+
+class DiscountType(models.TextChoices):
+    FIXED = "fixed", "Fixed amount off"
+    PERCENT = "percent", "Percentage off"
+
+
+class Audience(models.TextChoices):
+    ALL = "all", "Everyone"
+    NEW = "new", "New shoppers only"
+
+
+class CampaignState(models.TextChoices):
+    DRAFT = "draft", "Draft"
+    SCHEDULED = "scheduled", "Scheduled"
+    LIVE = "live", "Live"
+    PAUSED = "paused", "Paused"
+    ENDED = "ended", "Ended"
+
+
+class CampaignQuerySet(models.QuerySet["Campaign"]):
+    def published(self) -> CampaignQuerySet:
+        return self.filter(published_at__isnull=False)
+
+    def visible(self, *, at: datetime) -> CampaignQuerySet:
+        """Return the published campaigns that are live or upcoming at `at`."""
+        return self.published().filter(ends_at__gt=at)
+
+    def with_redis_state(self, *, at: datetime, grace: timedelta) -> CampaignQuerySet:
+        """Return the campaigns whose Redis keys may still exist (published, not past end + grace)."""
+        return self.filter(preheated_at__isnull=False, ends_at__gt=at - grace)
+
+    def due_for_preheat(self, *, at: datetime, lead: timedelta) -> CampaignQuerySet:
+        """Return published campaigns starting within `lead` that were never loaded into Redis."""
+        return self.published().filter(preheated_at__isnull=True, starts_at__lte=at + lead, ends_at__gt=at)
+
+
+class Campaign(models.Model):
+    name = models.CharField(max_length=200)
+    starts_at = models.DateTimeField()
+    ends_at = models.DateTimeField()
+    total_stock = models.PositiveIntegerField()
+    per_user_limit = models.PositiveIntegerField(default=1, validators=[MinValueValidator(1)])
+    paused = models.BooleanField(default=False)
+    published_at = models.DateTimeField(null=True, blank=True, help_text="Unset while a draft.")
+    preheated_at = models.DateTimeField(
+        null=True, blank=True, editable=False, help_text="When its state was first loaded into Redis."
+    )
+
+    # The coupon rule: one template per campaign.
+    discount_type = models.CharField(max_length=10, choices=DiscountType.choices, default=DiscountType.FIXED)
+    discount_value = models.DecimalField(max_digits=12, decimal_places=2)
+    max_discount = models.DecimalField(max_digits=12, decimal_places=2, null=True, blank=True)
+    min_spend = models.DecimalField(max_digits=12, decimal_places=2, default=Decimal("0"))
+    currency = models.CharField(max_length=3, default="CNY")
+    valid_until = models.DateTimeField(null=True, blank=True, help_text="Absolute validity (inclusive).")
+    valid_days = models.PositiveIntegerField(null=True, blank=True, help_text="Relative validity: days after claim.")
+    audience = models.CharField(max_length=3, choices=Audience.choices, default=Audience.ALL)
+
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = CampaignQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-starts_at", "-id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(total_stock__gte=0), name="campaign_stock_not_negative"),
+            models.CheckConstraint(condition=Q(starts_at__lt=F("ends_at")), name="campaign_starts_before_ends"),
+            models.CheckConstraint(condition=Q(per_user_limit__gte=1), name="campaign_per_user_limit_positive"),
+            models.CheckConstraint(condition=Q(discount_value__gt=0), name="campaign_discount_positive"),
+            models.CheckConstraint(
+                condition=~Q(discount_type="percent") | Q(discount_value__lte=100),
+                name="campaign_percent_at_most_100",
+            ),
+            models.CheckConstraint(condition=Q(min_spend__gte=0), name="campaign_min_spend_not_negative"),
+            models.CheckConstraint(
+                condition=(Q(valid_until__isnull=True) & Q(valid_days__gte=1))
+                | (Q(valid_until__isnull=False) & Q(valid_days__isnull=True)),
+                name="campaign_validity_absolute_xor_relative",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} (#{self.pk})"
+
+    def clean(self) -> None:
+        errors: dict[str, str] = {}
+        if self.starts_at and self.ends_at and self.starts_at >= self.ends_at:
+            errors["ends_at"] = "The campaign must end after it starts."
+        if self.discount_type == DiscountType.PERCENT and self.discount_value and self.discount_value > 100:
+            errors["discount_value"] = "A percentage discount is at most 100."
+        if (self.valid_until is None) == (self.valid_days is None):
+            errors["valid_days"] = "Give either an absolute validity (valid until) or a number of days, not both."
+        if self.valid_until and self.ends_at and self.valid_until < self.ends_at:
+            errors["valid_until"] = "Coupons must stay valid at least until the campaign ends."
+        if errors:
+            raise ValidationError(errors)
+
+    def state_at(self, at: datetime) -> CampaignState:
+        """Return the campaign's status at `at`: it follows from publication, window and pause flag."""
+        if self.published_at is None:
+            return CampaignState.DRAFT
+        if at >= self.ends_at:
+            return CampaignState.ENDED
+        if self.paused:
+            return CampaignState.PAUSED
+        if at < self.starts_at:
+            return CampaignState.SCHEDULED
+        return CampaignState.LIVE
+
+    @property
+    def state(self) -> CampaignState:
+        return self.state_at(timezone.now())
+
+    def coupon_validity(self, claimed_at: datetime) -> tuple[datetime, datetime]:
+        """Return (valid_from, expires_at) of a coupon claimed at `claimed_at`."""
+        if self.valid_days is not None:
+            return claimed_at, claimed_at + timedelta(days=self.valid_days)
+        assert self.valid_until is not None
+        return claimed_at, self.valid_until

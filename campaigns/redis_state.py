@@ -1,0 +1,216 @@
+"""A campaign's state in Redis: key names, the Lua scripts and their Python wrappers.
+
+Every key of one campaign carries the hash tag {c<id>}, so each script touches one slot and the design
+runs unchanged on Redis Cluster. Keys are built only from validated integers and user ids; an
+Idempotency-Key (free text) enters a key name only as its SHA-256.
+"""
+from __future__ import annotations
+
+import enum
+import hashlib
+import threading
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import redis
+from django.conf import settings
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+LUA_DIR = Path(__file__).resolve().parent / "lua"
+DRAIN_GROUP = "drain"
+
+
+class StoreUnavailable(Exception):
+    """Redis could not be reached or refused the command; nothing was changed by this request."""
+
+
+class ClaimCode(enum.IntEnum):
+    CLAIMED = 0
+    LIMIT_REACHED = 1
+    SOLD_OUT = 2
+    NOT_STARTED = 3
+    ENDED = 4
+    PAUSED = 5
+    NO_STATE = -1
+
+
+@dataclass(frozen=True, slots=True)
+class CampaignKeys:
+    campaign_id: int
+    meta: str
+    stock: str
+    users: str
+    ledger: str
+    drain: str
+
+    def idempotency(self, user_id: str, key: str) -> str:
+        digest = hashlib.sha256(key.encode()).hexdigest()[:32]
+        return f"cpn:{{c{self.campaign_id}}}:idem:{user_id}:{digest}"
+
+    @property
+    def no_idempotency(self) -> str:
+        return f"cpn:{{c{self.campaign_id}}}:idem:-"
+
+    @property
+    def state(self) -> list[str]:
+        """The keys that hold the campaign's own state (they expire at its end plus the grace)."""
+        return [self.meta, self.stock, self.users, self.ledger]
+
+
+def campaign_keys(campaign_id: int) -> CampaignKeys:
+    if type(campaign_id) is not int or campaign_id < 1:
+        raise ValueError(f"not a campaign id: {campaign_id!r}")
+    tag = f"cpn:{{c{campaign_id}}}:"
+    return CampaignKeys(campaign_id, tag + "meta", tag + "stock", tag + "users", tag + "ledger", tag + "drain")
+
+
+# One client per process. No retries: a claim script must never run twice because a reply was slow,
+# and a dead Redis must be a fast 503 (timeouts well under a second).
+_client: redis.Redis | None = None
+_client_lock = threading.Lock()
+
+
+def redis_client() -> redis.Redis:
+    global _client
+    if _client is None:
+        with _client_lock:
+            if _client is None:
+                timeout = settings.COUPONS_REDIS_SOCKET_TIMEOUT
+                pool = redis.BlockingConnectionPool.from_url(
+                    settings.REDIS_URL,
+                    max_connections=settings.COUPONS_REDIS_MAX_CONNECTIONS,
+                    timeout=timeout,
+                    socket_timeout=timeout,
+                    socket_connect_timeout=timeout,
+                    health_check_interval=30,
+                    retry=Retry(NoBackoff(), 0),
+                )
+                _client = redis.Redis(connection_pool=pool)
+    return _client
+
+
+def reset_redis_client() -> None:
+    """Forget the process's client (after a settings change in tests, or a fork)."""
+    global _client, _scripts
+    with _client_lock:
+        if _client is not None:
+            _client.connection_pool.disconnect()
+        _client = None
+        _scripts = None
+
+
+class _Scripts:
+    def __init__(self, client: redis.Redis) -> None:
+        self.claim = client.register_script((LUA_DIR / "claim.lua").read_text())
+        self.load_state = client.register_script((LUA_DIR / "load_state.lua").read_text())
+
+
+_scripts: _Scripts | None = None
+
+
+def scripts() -> _Scripts:
+    global _scripts
+    if _scripts is None:
+        _scripts = _Scripts(redis_client())
+    return _scripts
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimResult:
+    code: ClaimCode
+    ledger_id: str
+    replayed: bool
+    trigger_drain: bool
+
+
+def run_claim(*, campaign_id: int, user_id: str, idempotency_key: str | None) -> ClaimResult:
+    """Run the claim script for a validated campaign id and user id. Raise StoreUnavailable."""
+    keys = campaign_keys(campaign_id)
+    idem_key = keys.idempotency(user_id, idempotency_key) if idempotency_key is not None else keys.no_idempotency
+    try:
+        code, ledger_id, flags = scripts().claim(
+            keys=[keys.meta, keys.stock, keys.users, keys.ledger, idem_key, keys.drain],
+            args=[
+                user_id,
+                "1" if idempotency_key is not None else "0",
+                settings.COUPONS_IDEMPOTENCY_TTL_SECONDS * 1000,
+                settings.COUPONS_DRAIN_TRIGGER_TTL_MS,
+            ],
+        )
+    except redis.RedisError as exc:
+        raise StoreUnavailable(str(exc)) from exc
+    return ClaimResult(
+        code=ClaimCode(int(code)),
+        ledger_id=ledger_id.decode() if isinstance(ledger_id, bytes) else str(ledger_id),
+        replayed=bool(int(flags) & 1),
+        trigger_drain=bool(int(flags) & 2),
+    )
+
+
+def to_ms(moment: datetime) -> int:
+    return int(moment.timestamp() * 1000)
+
+
+def load_state(
+    *,
+    campaign_id: int,
+    starts_at: datetime,
+    ends_at: datetime,
+    paused: bool,
+    per_user_limit: int,
+    total_stock: int,
+    expire_at: datetime,
+    initial_stock: int | None,
+    last_ledger_id: str = "0-0",
+) -> tuple[bool, int | None]:
+    """Write a campaign's settings (and its stock, if missing and given) and move every key's expiry.
+
+    Return (stock_created, stock) where stock is None when Redis holds none. Raise StoreUnavailable.
+    """
+    keys = campaign_keys(campaign_id)
+    try:
+        created, stock = scripts().load_state(
+            keys=keys.state,
+            args=[
+                to_ms(starts_at),
+                to_ms(ends_at),
+                "1" if paused else "0",
+                per_user_limit,
+                total_stock,
+                to_ms(expire_at),
+                "" if initial_stock is None else initial_stock,
+                DRAIN_GROUP,
+                last_ledger_id,
+            ],
+        )
+    except redis.RedisError as exc:
+        raise StoreUnavailable(str(exc)) from exc
+    return bool(created), (None if int(stock) < 0 else int(stock))
+
+
+def set_paused(*, campaign_id: int, paused: bool) -> bool:
+    """Set the paused flag of a loaded campaign; return False when Redis holds no state for it."""
+    keys = campaign_keys(campaign_id)
+    try:
+        if not redis_client().exists(keys.meta):
+            return False
+        redis_client().hset(keys.meta, "paused", "1" if paused else "0")
+    except redis.RedisError as exc:
+        raise StoreUnavailable(str(exc)) from exc
+    return True
+
+
+def remaining_many(campaign_ids: list[int]) -> dict[int, int | None]:
+    """Return the live remaining stock of several campaigns in one pipelined round trip."""
+    if not campaign_ids:
+        return {}
+    try:
+        pipe = redis_client().pipeline(transaction=False)
+        for campaign_id in campaign_ids:
+            pipe.get(campaign_keys(campaign_id).stock)
+        values = pipe.execute()
+    except redis.RedisError as exc:
+        raise StoreUnavailable(str(exc)) from exc
+    return {cid: (int(v) if v is not None else None) for cid, v in zip(campaign_ids, values, strict=True)}

@@ -1,0 +1,134 @@
+"""Write use cases of campaigns: create, publish (preheat), pause and resume."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from . import redis_state
+from .errors import CampaignStateLost, InvalidCampaign, Unavailable
+from .models import Audience, Campaign, DiscountType
+
+
+def keys_expire_at(campaign: Campaign) -> datetime:
+    """Return when the campaign's Redis keys expire: its end plus the grace period to drain the ledger."""
+    return campaign.ends_at + timedelta(seconds=settings.COUPONS_KEY_GRACE_SECONDS)
+
+
+def campaign_create(
+    *,
+    name: str,
+    total_stock: int,
+    starts_at: datetime,
+    ends_at: datetime,
+    discount_value: Decimal,
+    discount_type: str = DiscountType.FIXED,
+    per_user_limit: int = 1,
+    max_discount: Decimal | None = None,
+    min_spend: Decimal = Decimal("0"),
+    currency: str = "CNY",
+    valid_until: datetime | None = None,
+    valid_days: int | None = None,
+    audience: str = Audience.ALL,
+    publish: bool = False,
+) -> Campaign:
+    """Create a campaign (validated like the admin form); with publish=True also publish and preheat it."""
+    if valid_until is None and valid_days is None:
+        valid_days = 30
+    campaign = Campaign(
+        name=name,
+        total_stock=total_stock,
+        per_user_limit=per_user_limit,
+        starts_at=starts_at,
+        ends_at=ends_at,
+        discount_type=discount_type,
+        discount_value=discount_value,
+        max_discount=max_discount,
+        min_spend=min_spend,
+        currency=currency,
+        valid_until=valid_until,
+        valid_days=valid_days,
+        audience=audience,
+    )
+    try:
+        campaign.full_clean()
+    except ValidationError as exc:
+        raise InvalidCampaign(exc.message_dict) from exc
+    with transaction.atomic():
+        campaign.save()
+        if publish:
+            campaign = campaign_publish(campaign=campaign)
+    return campaign
+
+
+def campaign_publish(*, campaign: Campaign) -> Campaign:
+    """Publish a draft campaign and load it into Redis. Raise Unavailable when Redis is down."""
+    with transaction.atomic():
+        campaign = Campaign.objects.select_for_update().get(pk=campaign.pk)
+        if campaign.published_at is None:
+            campaign.published_at = timezone.now()
+            campaign.save(update_fields=["published_at", "updated_at"])
+        campaign_preheat(campaign=campaign)
+    return campaign
+
+
+@dataclass(frozen=True)
+class PreheatResult:
+    campaign_id: int
+    stock_created: bool
+    remaining: int
+
+
+def campaign_preheat(*, campaign: Campaign) -> PreheatResult:
+    """Load the campaign's settings into Redis (first time: its whole stock) and set the keys' expiry.
+
+    A campaign that was loaded before and whose stock is gone from Redis is never given its stock again
+    here: that raises CampaignStateLost and needs the rebuild from PostgreSQL (orders.services).
+    """
+    first_load = campaign.preheated_at is None
+    try:
+        created, remaining = redis_state.load_state(
+            campaign_id=campaign.pk,
+            starts_at=campaign.starts_at,
+            ends_at=campaign.ends_at,
+            paused=campaign.paused,
+            per_user_limit=campaign.per_user_limit,
+            total_stock=campaign.total_stock,
+            expire_at=keys_expire_at(campaign),
+            initial_stock=campaign.total_stock if first_load else None,
+        )
+    except redis_state.StoreUnavailable as exc:
+        raise Unavailable() from exc
+    if remaining is None:
+        raise CampaignStateLost()
+    if first_load:
+        now = timezone.now()
+        Campaign.objects.filter(pk=campaign.pk, preheated_at__isnull=True).update(preheated_at=now)
+        campaign.preheated_at = now
+    return PreheatResult(campaign_id=campaign.pk, stock_created=created, remaining=remaining)
+
+
+def campaign_set_paused(*, campaign: Campaign, paused: bool) -> Campaign:
+    """Pause or resume a campaign, in PostgreSQL and (if loaded) in Redis, together."""
+    with transaction.atomic():
+        campaign = Campaign.objects.select_for_update().get(pk=campaign.pk)
+        campaign.paused = paused
+        campaign.save(update_fields=["paused", "updated_at"])
+        try:
+            redis_state.set_paused(campaign_id=campaign.pk, paused=paused)
+        except redis_state.StoreUnavailable as exc:
+            raise Unavailable() from exc
+    return campaign
+
+
+def campaign_pause(*, campaign: Campaign) -> Campaign:
+    return campaign_set_paused(campaign=campaign, paused=True)
+
+
+def campaign_resume(*, campaign: Campaign) -> Campaign:
+    return campaign_set_paused(campaign=campaign, paused=False)

@@ -1,0 +1,243 @@
+"""HTTP plumbing shared by every API module: JSON answers in the contract's form, shopper auth for DRF,
+id and Idempotency-Key parsing, the one exception handler, and OpenAPI post-processing."""
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from django.core.exceptions import PermissionDenied, RequestDataTooBig
+from django.http import Http404, HttpRequest, HttpResponse
+from rest_framework import exceptions as drf_exceptions
+from rest_framework.authentication import BaseAuthentication
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from campaigns.errors import ApplicationError
+
+from .auth import authenticate
+
+ID_RE = re.compile(r"[1-9][0-9]{0,17}")  # a positive id that fits PostgreSQL's bigint
+IDEMPOTENCY_KEY_RE = re.compile(r"[\x20-\x7e]{1,255}")  # 1-255 printable ASCII characters
+RETRY_AFTER_SECONDS = "1"
+MAX_BODY_BYTES = 16 * 1024
+
+
+class BadRequest(ApplicationError):
+    http_status = 400
+    code = 400
+    status = "invalid_request"
+    message = "The request is malformed."
+
+
+class Unauthenticated(ApplicationError):
+    http_status = 401
+    code = 401
+    status = "unauthenticated"
+    message = "Missing, invalid or expired token."
+
+
+class PayloadTooLarge(ApplicationError):
+    http_status = 413
+    code = 413
+    status = "payload_too_large"
+    message = f"The request body is larger than {MAX_BODY_BYTES} bytes."
+
+
+class UnsupportedMediaType(ApplicationError):
+    http_status = 415
+    code = 415
+    status = "unsupported_media_type"
+    message = "Send the body as application/json."
+
+
+def body_of(code: int, status: str, detail: str = "", **extra: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"code": code, "status": status}
+    if detail:
+        body["detail"] = detail
+    body.update(extra)
+    return body
+
+
+def json_response(body: dict[str, Any], status: int = 200, headers: dict[str, str] | None = None) -> HttpResponse:
+    response = HttpResponse(
+        json.dumps(body, separators=(",", ":"), ensure_ascii=False), content_type="application/json", status=status
+    )
+    for name, value in (headers or {}).items():
+        response[name] = value
+    return response
+
+
+def error_headers(http_status: int) -> dict[str, str]:
+    return {"Retry-After": RETRY_AFTER_SECONDS} if http_status in (409, 429, 503) else {}
+
+
+def application_error_response(exc: ApplicationError) -> HttpResponse:
+    return json_response(
+        body_of(exc.code, exc.status, exc.message, **exc.extra), exc.http_status, error_headers(exc.http_status)
+    )
+
+
+def parse_id(text: str) -> int:
+    """Return the integer id in `text`, or raise BadRequest for anything that is not an id."""
+    if ID_RE.fullmatch(text) is None:
+        raise BadRequest("Not an id: ids are positive integers.")
+    return int(text)
+
+
+def idempotency_key(request: HttpRequest, *, required: bool = False) -> str | None:
+    """Return the request's Idempotency-Key, None when absent (and allowed); raise BadRequest when bad."""
+    key = request.META.get("HTTP_IDEMPOTENCY_KEY")
+    if key is None:
+        if required:
+            raise BadRequest("An Idempotency-Key header is required.")
+        return None
+    if IDEMPOTENCY_KEY_RE.fullmatch(key) is None:
+        raise BadRequest("An Idempotency-Key is 1-255 printable ASCII characters.")
+    return key
+
+
+def json_object_body(request: HttpRequest, *, allow_empty: bool = True) -> dict[str, Any]:
+    """Return the JSON object in the request body, checking size and media type first."""
+    length_text = request.META.get("CONTENT_LENGTH") or "0"
+    if not length_text.isdigit():
+        raise BadRequest("Bad Content-Length.")
+    if int(length_text) > MAX_BODY_BYTES:
+        raise PayloadTooLarge()
+    try:
+        raw = request.body
+    except RequestDataTooBig as exc:
+        raise PayloadTooLarge() from exc
+    if not raw.strip():
+        if allow_empty:
+            return {}
+        raise BadRequest("A JSON object body is required.")
+    content_type = request.META.get("CONTENT_TYPE", "").split(";")[0].strip().lower()
+    if content_type not in ("application/json", ""):
+        raise UnsupportedMediaType()
+    try:
+        document = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadRequest("The body is not valid JSON.") from exc
+    if not isinstance(document, dict):
+        raise BadRequest("The body must be a JSON object.")
+    return document
+
+
+def shopper_id(request: HttpRequest) -> str:
+    """Return the authenticated shopper's user id, or raise Unauthenticated (no database involved)."""
+    user_id = authenticate(request.META.get("HTTP_X_USER_ID"), request.META.get("HTTP_X_TOKEN"))
+    if user_id is None:
+        raise Unauthenticated()
+    return user_id
+
+
+class Shopper:
+    """The authenticated storefront shopper of a DRF request (request.user)."""
+
+    is_authenticated = True
+    is_anonymous = False
+
+    def __init__(self, user_id: str) -> None:
+        self.user_id = user_id
+
+    def __str__(self) -> str:
+        return self.user_id
+
+
+class ShopperTokenAuthentication(BaseAuthentication):
+    def authenticate(self, request: Request) -> tuple[Shopper, None]:
+        try:
+            return Shopper(shopper_id(request._request)), None
+        except Unauthenticated as exc:
+            raise drf_exceptions.AuthenticationFailed(exc.message) from exc
+
+    def authenticate_header(self, request: Request) -> str:
+        return 'X-Token realm="couponrush"'
+
+
+_DRF_STATUS_SLUGS = {
+    400: "invalid_request",
+    401: "unauthenticated",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    406: "not_acceptable",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    429: "rate_limited",
+}
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    """Render every error of a DRF view in the contract's form: {code, status, detail}."""
+    if isinstance(exc, ApplicationError):
+        return Response(
+            body_of(exc.code, exc.status, exc.message, **exc.extra), exc.http_status, headers=error_headers(exc.http_status)
+        )
+    if isinstance(exc, Http404):
+        exc = drf_exceptions.NotFound()
+    elif isinstance(exc, PermissionDenied):
+        exc = drf_exceptions.PermissionDenied()
+    elif isinstance(exc, RequestDataTooBig):
+        return Response(body_of(413, "payload_too_large", PayloadTooLarge.message), 413)
+    if isinstance(exc, drf_exceptions.NotAuthenticated | drf_exceptions.AuthenticationFailed):
+        return Response(body_of(401, "unauthenticated", Unauthenticated.message), 401)
+    if isinstance(exc, drf_exceptions.APIException):
+        status_code = exc.status_code
+        detail: Any = exc.detail
+        extra: dict[str, Any] = {}
+        if isinstance(detail, dict | list):
+            extra["errors"] = detail
+            detail = "The request is invalid."
+        headers = error_headers(status_code)
+        return Response(body_of(status_code, _DRF_STATUS_SLUGS.get(status_code, "error"), str(detail), **extra),
+                        status_code, headers=headers)
+    return None
+
+
+def not_found_view(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    return json_response(body_of(404, "not_found", "Not found."), 404)
+
+
+def server_error_view(request: HttpRequest) -> HttpResponse:
+    return json_response(body_of(500, "server_error", "Internal error."), 500)
+
+
+ERROR_SCHEMA = {
+    "type": "object",
+    "required": ["code", "status"],
+    "properties": {
+        "code": {"type": "integer", "description": "The HTTP status for protocol errors."},
+        "status": {"type": "string", "description": "A stable slug (CONTRACT.md)."},
+        "detail": {"type": "string"},
+    },
+}
+_ERROR_RESPONSES = {
+    "400": ("Malformed request: bad JSON, wrong types, bad Idempotency-Key, ids that are not ids.", "invalid_request"),
+    "401": ("Missing, bad or expired token (always the same body).", "unauthenticated"),
+    "404": ("Unknown, or someone else's.", "not_found"),
+    "503": ("A required store is down; nothing was changed (Retry-After).", "unavailable"),
+}
+
+
+def schema_postprocess(result: dict[str, Any], generator: Any, request: Any, public: bool) -> dict[str, Any]:
+    """Document the contract's error answers on every operation, and the claim (a plain Django view)."""
+    components = result.setdefault("components", {}).setdefault("schemas", {})
+    components["Error"] = ERROR_SCHEMA
+    from orders.apis import CLAIM_OPERATION  # the claim view is not a DRF view: document it here
+
+    result.setdefault("paths", {})["/api/v1/campaigns/{campaign_id}/claim"] = {"post": CLAIM_OPERATION}
+    for path_item in result["paths"].values():
+        for operation in path_item.values():
+            if not isinstance(operation, dict) or "responses" not in operation:
+                continue
+            for status_code, (description, slug) in _ERROR_RESPONSES.items():
+                operation["responses"].setdefault(status_code, {
+                    "description": description,
+                    "content": {"application/json": {
+                        "schema": {"$ref": "#/components/schemas/Error"},
+                        "example": {"code": int(status_code), "status": slug},
+                    }},
+                })
+    return result

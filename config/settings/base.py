@@ -1,0 +1,216 @@
+"""Settings shared by every environment; everything that differs comes from the environment."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent.parent
+
+# Placeholders that only development and tests may run with; production.py refuses them.
+DEV_SECRET_KEY = "dev-only-insecure-django-secret-key"
+DEV_TOKEN_SECRET = "dev-only-insecure-token-secret"
+
+
+def env(name: str, default: str | None = None) -> str | None:
+    value = os.environ.get(name)
+    return value if value not in (None, "") else default
+
+
+def env_bool(name: str, default: bool) -> bool:
+    value = env(name)
+    return default if value is None else value.lower() in ("1", "true", "yes", "on")
+
+
+def env_float(name: str, default: float) -> float:
+    value = env(name)
+    return default if value is None else float(value)
+
+
+def env_int(name: str, default: int) -> int:
+    value = env(name)
+    return default if value is None else int(value)
+
+
+# Development runs without a .env: the dev entry point (config/devstack.py) records the URLs of the
+# embedded servers it started in var/devstack.env, so a second terminal's manage.py finds them.
+DEVSTACK_ENV_FILE = BASE_DIR / "var" / "devstack.env"
+
+
+def load_devstack_env() -> None:
+    if not DEVSTACK_ENV_FILE.exists():
+        return
+    for line in DEVSTACK_ENV_FILE.read_text().splitlines():
+        name, _, value = line.partition("=")
+        if name and value and not os.environ.get(name):
+            os.environ[name] = value
+
+
+SECRET_KEY = env("DJANGO_SECRET_KEY", DEV_SECRET_KEY)
+DEBUG = env_bool("DJANGO_DEBUG", False)
+ALLOWED_HOSTS = [h.strip() for h in (env("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1") or "").split(",") if h]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "django_celery_beat",
+    "campaigns",
+    "coupons",
+    "orders",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+ADMIN_URL = env("DJANGO_ADMIN_URL", "admin/")
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+
+def database_from_env() -> dict:
+    url = env("DATABASE_URL")
+    if not url:
+        raise ImproperlyConfigured(
+            "DATABASE_URL is not set. Start the system with `make run` (which starts embedded servers) "
+            "or set DATABASE_URL=postgres://..."
+        )
+    # Persistent connections with a health check: a PostgreSQL restart costs one failed query at most.
+    db = dj_database_url.parse(url, conn_max_age=env_int("DJANGO_CONN_MAX_AGE", 60), conn_health_checks=True)
+    db.setdefault("OPTIONS", {})["connect_timeout"] = env_int("DATABASE_CONNECT_TIMEOUT", 3)
+    return db
+
+
+DATABASES = {"default": database_from_env()} if env("DATABASE_URL") else {}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+# Times are stored in UTC; operators read them in their own zone.
+LANGUAGE_CODE = "en-us"
+USE_I18N = True
+USE_TZ = True
+TIME_ZONE = env("COUPONS_OPERATOR_TIME_ZONE", "Asia/Shanghai")
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "var" / "static"
+
+# Redis: hot state of every campaign. Timeouts well under a second so that a dead Redis is a fast 503.
+REDIS_URL = env("REDIS_URL")
+COUPONS_REDIS_SOCKET_TIMEOUT = env_float("COUPONS_REDIS_SOCKET_TIMEOUT", 0.5)
+COUPONS_REDIS_MAX_CONNECTIONS = env_int("COUPONS_REDIS_MAX_CONNECTIONS", 64)
+CACHES = {
+    "default": {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": REDIS_URL or "redis://127.0.0.1:6379/0",
+        "OPTIONS": {
+            "SOCKET_CONNECT_TIMEOUT": COUPONS_REDIS_SOCKET_TIMEOUT,
+            "SOCKET_TIMEOUT": COUPONS_REDIS_SOCKET_TIMEOUT,
+        },
+        "KEY_PREFIX": "cache",
+    }
+}
+
+# Shopper tokens (CONTRACT.md): HMAC-SHA256 over "<user id>.<expires>".
+COUPONS_TOKEN_SECRET = env("COUPONS_TOKEN_SECRET", DEV_TOKEN_SECRET)
+COUPONS_TOKEN_MAX_TTL = env_int("COUPONS_TOKEN_MAX_TTL", 3600)
+
+# Campaign keys live until the campaign's end plus this grace (PEXPIREAT), long enough to drain the ledger.
+COUPONS_KEY_GRACE_SECONDS = env_int("COUPONS_KEY_GRACE_SECONDS", 7 * 86400)
+COUPONS_IDEMPOTENCY_TTL_SECONDS = 24 * 3600
+# Ledger drain: entries per transaction, and how long a read entry may stay unacknowledged before another
+# worker takes it over (longer than any batch takes, so a slow worker is not robbed).
+COUPONS_DRAIN_BATCH = env_int("COUPONS_DRAIN_BATCH", 500)
+COUPONS_DRAIN_RECLAIM_IDLE_MS = env_int("COUPONS_DRAIN_RECLAIM_IDLE_MS", 30_000)
+COUPONS_DRAIN_TRIGGER_TTL_MS = 10_000
+
+# Celery: the broker defaults to the Redis server; results are not kept (tasks report through the DB).
+CELERY_BROKER_URL = env("CELERY_BROKER_URL", REDIS_URL)
+CELERY_BROKER_CONNECTION_TIMEOUT = 2
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TIMEZONE = "UTC"
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+# Every periodic job, once. Operators see and pause them in the admin (django-celery-beat).
+CELERY_BEAT_SCHEDULE = {
+    "drain-ledgers": {
+        "task": "orders.tasks.drain_sweep",
+        "schedule": 2.0,
+        "options": {"expires": 10},
+    },
+    "preheat-due-campaigns": {
+        "task": "orders.tasks.preheat_due_campaigns",
+        "schedule": 30.0,
+        "options": {"expires": 60},
+    },
+}
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [],
+    "DEFAULT_PERMISSION_CLASSES": [],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "config.api.exception_handler",
+    "UNAUTHENTICATED_USER": None,
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "couponrush API",
+    "DESCRIPTION": "Coupon campaigns and flash sales. Business outcomes are HTTP 200 with a code and status.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "config.api.schema_postprocess",
+    ],
+}
+
+DATA_UPLOAD_MAX_MEMORY_SIZE = 64 * 1024
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env("DJANGO_LOG_LEVEL", "INFO")},
+    "loggers": {"django.request": {"level": "ERROR"}},
+}

@@ -1,0 +1,27 @@
+from django.conf import settings
+from django.contrib import admin
+from django.urls import path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from campaigns.apis import CampaignDetailApi, CampaignListApi
+from coupons.apis import MyCouponsApi
+from orders.apis import ClaimDetailApi, campaign_claim
+
+from .health import healthz, readyz
+
+api = "api/v1/"
+urlpatterns = [
+    path(f"{api}campaigns", CampaignListApi.as_view(), name="campaign-list"),
+    path(f"{api}campaigns/<str:campaign_id>", CampaignDetailApi.as_view(), name="campaign-detail"),
+    path(f"{api}campaigns/<str:campaign_id>/claim", campaign_claim, name="campaign-claim"),
+    path(f"{api}claims/<str:claim_id>", ClaimDetailApi.as_view(), name="claim-detail"),
+    path(f"{api}me/coupons", MyCouponsApi.as_view(), name="my-coupons"),
+    path("healthz", healthz, name="healthz"),
+    path("readyz", readyz, name="readyz"),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
+    path(settings.ADMIN_URL, admin.site.urls),
+]
+
+handler404 = "config.api.not_found_view"
+handler500 = "config.api.server_error_view"

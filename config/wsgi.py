@@ -1,0 +1,8 @@
+"""WSGI entry point: `granian --interface wsgi config.wsgi:application`."""
+import os
+
+from django.core.wsgi import get_wsgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.dev")
+
+application = get_wsgi_application()

@@ -1,0 +1,159 @@
+"""Storefront API of claims: the claim itself (the hot path) and reading a claim back."""
+from __future__ import annotations
+
+from django.http import HttpRequest, HttpResponse
+from django.views.decorators.csrf import csrf_exempt
+from drf_spectacular.utils import OpenApiExample, extend_schema
+from rest_framework import serializers
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from campaigns.errors import ApplicationError, NotFound, Unavailable
+from campaigns.redis_state import StoreUnavailable
+from config.api import (
+    BadRequest,
+    ShopperTokenAuthentication,
+    application_error_response,
+    body_of,
+    idempotency_key,
+    json_object_body,
+    json_response,
+    parse_id,
+    shopper_id,
+)
+from coupons.apis import CouponOutputSerializer
+from coupons.selectors import coupon_for_claim
+
+from . import ledger
+from .models import Claim, ClaimStatus
+from .services import claim_create
+
+REPLAYED = {"Idempotent-Replayed": "true"}
+
+
+@csrf_exempt
+def campaign_claim(request: HttpRequest, campaign_id: str) -> HttpResponse:
+    """POST /api/v1/campaigns/{id}/claim: token check in memory, one Lua script, the answer.
+
+    A plain Django view rather than DRF: this is the path tens of thousands of shoppers hit at once, and
+    it does nothing the contract does not need. Documented in OpenAPI through CLAIM_OPERATION below.
+    """
+    if request.method != "POST":
+        return json_response(body_of(405, "method_not_allowed", "Use POST."), 405, {"Allow": "POST"})
+    try:
+        user_id = shopper_id(request)
+        campaign = parse_id(campaign_id)
+        key = idempotency_key(request)
+        json_object_body(request)
+        outcome = claim_create(campaign_id=campaign, user_id=user_id, idempotency_key=key)
+    except ApplicationError as exc:
+        return application_error_response(exc)
+    body = {"code": outcome.code, "status": outcome.status, "claim_id": outcome.claim_id, "campaign_id": campaign}
+    return json_response(body, 200, REPLAYED if outcome.replayed else None)
+
+
+_CLAIM_EXAMPLES = {
+    "claimed": {"code": 0, "status": "claimed", "claim_id": "42-1764470000000-0", "campaign_id": 42},
+    "limit_reached": {"code": 1, "status": "limit_reached", "claim_id": None, "campaign_id": 42},
+    "sold_out": {"code": 2, "status": "sold_out", "claim_id": None, "campaign_id": 42},
+    "not_started": {"code": 3, "status": "not_started", "claim_id": None, "campaign_id": 42},
+    "ended": {"code": 4, "status": "ended", "claim_id": None, "campaign_id": 42},
+    "paused": {"code": 5, "status": "paused", "claim_id": None, "campaign_id": 42},
+}
+CLAIM_OPERATION = {
+    "operationId": "campaign_claim",
+    "summary": "Grab a coupon of a campaign",
+    "description": (
+        "One atomic step in Redis: idempotency lookup, window and pause check, per-user limit, stock, "
+        "decrement, and the claim appended to the campaign's ledger. The coupon is issued asynchronously: "
+        "poll GET /api/v1/claims/{claim_id}. Business outcomes are HTTP 200 with `code` and `status`. "
+        "With an Idempotency-Key, a repeat returns the first answer unchanged with header "
+        "`Idempotent-Replayed: true`."
+    ),
+    "tags": ["claims"],
+    "parameters": [
+        {"name": "campaign_id", "in": "path", "required": True, "schema": {"type": "integer", "minimum": 1}},
+        {"name": "X-User-Id", "in": "header", "required": True,
+         "schema": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"}},
+        {"name": "X-Token", "in": "header", "required": True, "schema": {"type": "string"},
+         "description": "<expires>.<hex HMAC-SHA256(secret, '<user id>.<expires>')>"},
+        {"name": "Idempotency-Key", "in": "header", "required": False,
+         "schema": {"type": "string", "minLength": 1, "maxLength": 255}},
+    ],
+    "requestBody": {"required": False, "content": {"application/json": {"schema": {"type": "object"}, "example": {}}}},
+    "responses": {
+        "200": {
+            "description": "Decided: 0 claimed, 1 limit_reached, 2 sold_out, 3 not_started, 4 ended, 5 paused.",
+            "headers": {"Idempotent-Replayed": {"schema": {"type": "string", "enum": ["true"]}}},
+            "content": {"application/json": {
+                "schema": {
+                    "type": "object",
+                    "required": ["code", "status", "claim_id", "campaign_id"],
+                    "properties": {
+                        "code": {"type": "integer", "enum": [0, 1, 2, 3, 4, 5]},
+                        "status": {"type": "string", "enum": list(_CLAIM_EXAMPLES)},
+                        "claim_id": {"type": "string", "nullable": True},
+                        "campaign_id": {"type": "integer"},
+                    },
+                },
+                "examples": {name: {"value": value} for name, value in _CLAIM_EXAMPLES.items()},
+            }},
+        },
+        "413": {"description": "Body too large.", "content": {"application/json": {
+            "schema": {"$ref": "#/components/schemas/Error"}}}},
+        "415": {"description": "Body is not JSON.", "content": {"application/json": {
+            "schema": {"$ref": "#/components/schemas/Error"}}}},
+    },
+}
+
+
+class ClaimOutputSerializer(serializers.Serializer):
+    code = serializers.IntegerField(default=0)
+    status = serializers.ChoiceField(choices=ClaimStatus.choices)
+    claim_id = serializers.CharField()
+    campaign_id = serializers.IntegerField()
+    claimed_at = serializers.DateTimeField()
+    coupon = CouponOutputSerializer(allow_null=True)
+
+
+class ClaimDetailApi(APIView):
+    """GET /api/v1/claims/{claim_id}: the async order of a claim, with its coupon once issued."""
+
+    authentication_classes = [ShopperTokenAuthentication]
+    permission_classes = [IsAuthenticated]
+
+    @extend_schema(
+        tags=["claims"],
+        responses={200: ClaimOutputSerializer},
+        examples=[OpenApiExample("pending", value={
+            "code": 0, "status": "pending", "claim_id": "42-1764470000000-0", "campaign_id": 42,
+            "claimed_at": "2026-11-30T02:13:20+00:00", "coupon": None}, response_only=True)],
+    )
+    def get(self, request: Request, claim_id: str) -> Response:
+        user_id = request.user.user_id  # type: ignore[union-attr]
+        parsed = ledger.parse_claim_id(claim_id)
+        if parsed is None:
+            raise BadRequest("Not a claim id.")
+        campaign_id, entry_id = parsed
+        redis_down = False
+        try:
+            entry = ledger.pending_entry(campaign_id, entry_id)
+        except StoreUnavailable:
+            entry, redis_down = None, True
+        if entry is not None:
+            if entry.user_id != user_id:
+                raise NotFound()
+            return Response({"code": 0, "status": ClaimStatus.PENDING, "claim_id": claim_id,
+                             "campaign_id": campaign_id, "claimed_at": entry.claimed_at.isoformat(), "coupon": None})
+        claim = Claim.objects.filter(claim_id=claim_id, user_id=user_id).first()
+        if claim is None:
+            if redis_down:
+                raise Unavailable()
+            raise NotFound()
+        coupon = coupon_for_claim(claim_id=claim_id)
+        return Response(ClaimOutputSerializer({
+            "code": 0, "status": claim.status, "claim_id": claim.claim_id, "campaign_id": claim.campaign_id,
+            "claimed_at": claim.claimed_at, "coupon": coupon,
+        }).data)

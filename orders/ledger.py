@@ -1,0 +1,175 @@
+"""The campaign's claim ledger in Redis, seen from the drain: read, reclaim, acknowledge, snapshot.
+
+A ledger entry is a stream entry {u: user id}; its id "<ms>-<seq>" is the claim's time and, prefixed with
+the campaign id, the claim id. Entries are deleted once acknowledged, so the stream holds only the backlog.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import redis
+
+from campaigns.redis_state import DRAIN_GROUP, StoreUnavailable, campaign_keys, redis_client
+
+CLAIM_ID_RE = re.compile(r"([1-9][0-9]{0,17})-([0-9]{1,15})-([0-9]{1,10})")
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerEntry:
+    campaign_id: int
+    entry_id: str
+    user_id: str
+
+    @property
+    def claim_id(self) -> str:
+        return f"{self.campaign_id}-{self.entry_id}"
+
+    @property
+    def claimed_at(self) -> datetime:
+        return datetime.fromtimestamp(int(self.entry_id.split("-")[0]) / 1000, tz=UTC)
+
+
+def claim_id_of(campaign_id: int, entry_id: str) -> str:
+    return f"{campaign_id}-{entry_id}"
+
+
+def parse_claim_id(text: str) -> tuple[int, str] | None:
+    """Return (campaign id, ledger entry id) of a claim id, or None when `text` is not one."""
+    match = CLAIM_ID_RE.fullmatch(text)
+    if match is None:
+        return None
+    return int(match.group(1)), f"{match.group(2)}-{match.group(3)}"
+
+
+def _decode(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _entries(campaign_id: int, raw: list) -> list[LedgerEntry]:
+    entries = []
+    for entry_id, fields in raw:
+        if fields is None:  # deleted while pending
+            continue
+        user = fields.get(b"u", fields.get("u", b""))
+        entries.append(LedgerEntry(campaign_id, _decode(entry_id), _decode(user)))
+    return entries
+
+
+def read_new(campaign_id: int, *, consumer: str, count: int) -> list[LedgerEntry]:
+    """Read up to `count` entries never delivered to any consumer of the drain group."""
+    keys = campaign_keys(campaign_id)
+    try:
+        reply = redis_client().xreadgroup(DRAIN_GROUP, consumer, {keys.ledger: ">"}, count=count)
+    except redis.ResponseError as exc:
+        if "NOGROUP" in str(exc):
+            return []  # no stream: the campaign was never loaded, or its keys expired
+        raise StoreUnavailable(str(exc)) from exc
+    except redis.RedisError as exc:
+        raise StoreUnavailable(str(exc)) from exc
+    if not reply:
+        return []
+    return _entries(campaign_id, reply[0][1])
+
+
+def reclaim_stale(campaign_id: int, *, consumer: str, min_idle_ms: int, count: int) -> list[LedgerEntry]:
+    """Take over up to `count` entries another consumer read but has not acknowledged for `min_idle_ms`."""
+    keys = campaign_keys(campaign_id)
+    try:
+        reply = redis_client().xautoclaim(keys.ledger, DRAIN_GROUP, consumer, min_idle_ms, "0-0", count=count)
+    except redis.ResponseError as exc:
+        if "NOGROUP" in str(exc) or "no such key" in str(exc).lower():
+            return []
+        raise StoreUnavailable(str(exc)) from exc
+    except redis.RedisError as exc:
+        raise StoreUnavailable(str(exc)) from exc
+    return _entries(campaign_id, reply[1])
+
+
+def acknowledge(campaign_id: int, entry_ids: list[str]) -> None:
+    """Acknowledge and delete persisted entries, atomically (MULTI), so the stream keeps only the backlog."""
+    if not entry_ids:
+        return
+    keys = campaign_keys(campaign_id)
+    try:
+        pipe = redis_client().pipeline(transaction=True)
+        pipe.xack(keys.ledger, DRAIN_GROUP, *entry_ids)
+        pipe.xdel(keys.ledger, *entry_ids)
+        pipe.execute()
+    except redis.RedisError as exc:
+        raise StoreUnavailable(str(exc)) from exc
+
+
+def pending_entry(campaign_id: int, entry_id: str) -> LedgerEntry | None:
+    """Return the entry if it still waits in the ledger (not yet persisted and deleted)."""
+    keys = campaign_keys(campaign_id)
+    try:
+        raw = redis_client().xrange(keys.ledger, entry_id, entry_id)
+    except redis.RedisError as exc:
+        raise StoreUnavailable(str(exc)) from exc
+    entries = _entries(campaign_id, raw)
+    return entries[0] if entries else None
+
+
+@dataclass(frozen=True)
+class LedgerSnapshot:
+    remaining: int | None
+    entries: list[LedgerEntry]
+    last_id: str  # the last id the stream ever issued ("0-0" if none)
+    users_claimed: dict[str, int]
+
+
+def snapshot(campaign_id: int, *, with_users: bool = False) -> LedgerSnapshot:
+    """Read stock, backlog and the stream's last id in one MULTI, a consistent cut of the campaign."""
+    keys = campaign_keys(campaign_id)
+    try:
+        pipe = redis_client().pipeline(transaction=True)
+        pipe.get(keys.stock)
+        pipe.xrange(keys.ledger)
+        pipe.xinfo_stream(keys.ledger)
+        if with_users:
+            pipe.hgetall(keys.users)
+        replies = pipe.execute(raise_on_error=False)
+    except redis.RedisError as exc:
+        raise StoreUnavailable(str(exc)) from exc
+    stock, raw_entries, info = replies[0], replies[1], replies[2]
+    if isinstance(stock, Exception) or isinstance(raw_entries, Exception):
+        raise StoreUnavailable(str(stock if isinstance(stock, Exception) else raw_entries))
+    last_id = "0-0" if isinstance(info, Exception) else _decode(info["last-generated-id"])
+    users: dict[str, int] = {}
+    if with_users and not isinstance(replies[3], Exception):
+        users = {_decode(k): int(v) for k, v in replies[3].items() if k not in (b"", "")}
+    return LedgerSnapshot(
+        remaining=None if stock is None else int(stock),
+        entries=_entries(campaign_id, raw_entries),
+        last_id=last_id,
+        users_claimed=users,
+    )
+
+
+def backlog_sizes(campaign_ids: list[int]) -> dict[int, int]:
+    """Return how many entries wait in each campaign's ledger (undrained or unacknowledged), pipelined."""
+    if not campaign_ids:
+        return {}
+    try:
+        pipe = redis_client().pipeline(transaction=False)
+        for campaign_id in campaign_ids:
+            pipe.xlen(campaign_keys(campaign_id).ledger)
+        sizes = pipe.execute()
+    except redis.RedisError as exc:
+        raise StoreUnavailable(str(exc)) from exc
+    return dict(zip(campaign_ids, (int(s) for s in sizes), strict=True))
+
+
+def replace_user_counts(campaign_id: int, counts: dict[str, int], *, chunk: int = 1000) -> None:
+    """Replace the per-user claim counts (rebuild from PostgreSQL). Call while the stock key is missing."""
+    keys = campaign_keys(campaign_id)
+    try:
+        client = redis_client()
+        client.delete(keys.users)
+        items = list(counts.items())
+        for start in range(0, len(items), chunk):
+            client.hset(keys.users, mapping=dict(items[start : start + chunk]))
+    except redis.RedisError as exc:
+        raise StoreUnavailable(str(exc)) from exc

@@ -1,0 +1,67 @@
+"""python manage.py demo: a live demo campaign, an operator login, and curl lines ready to paste."""
+from __future__ import annotations
+
+import json
+import secrets
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandParser
+from django.utils import timezone
+
+from campaigns.models import Campaign
+from campaigns.services import campaign_create
+from config.auth import mint_token
+
+DEMO_NAME = "Demo flash sale: 50.00 off 300.00"
+OPERATOR = "operator"
+
+
+class Command(BaseCommand):
+    help = "Create (or reuse) a live demo campaign and an operator login; print curl lines to try the API."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--base-url", default="http://127.0.0.1:8000")
+        parser.add_argument("--stock", type=int, default=100)
+
+    def handle(self, *args: Any, **opts: Any) -> None:
+        now = timezone.now()
+        campaign = Campaign.objects.published().filter(name=DEMO_NAME, starts_at__lte=now, ends_at__gt=now).first()
+        if campaign is None:
+            campaign = campaign_create(
+                name=DEMO_NAME, total_stock=opts["stock"], per_user_limit=1, starts_at=now,
+                ends_at=now + timedelta(days=7), discount_value=Decimal("50.00"), min_spend=Decimal("300.00"),
+                valid_days=30, publish=True,
+            )
+        password_file = settings.BASE_DIR / "var" / "demo-operator.txt"
+        user_model = get_user_model()
+        if not user_model.objects.filter(username=OPERATOR).exists():
+            password = secrets.token_urlsafe(12)
+            user_model.objects.create_superuser(OPERATOR, f"{OPERATOR}@example.com", password)
+            password_file.parent.mkdir(parents=True, exist_ok=True)
+            password_file.write_text(password + "\n")
+        password = password_file.read_text().strip() if password_file.exists() else "(unchanged: manage.py changepassword operator)"
+
+        base = opts["base_url"].rstrip("/")
+        shopper = "demo-shopper-1"
+        token = mint_token(shopper, ttl=settings.COUPONS_TOKEN_MAX_TTL)
+        headers = f"-H 'X-User-Id: {shopper}' -H 'X-Token: {token}'"
+        lines = [
+            "",
+            f"Demo campaign #{campaign.pk}: {campaign.name} (stock {campaign.total_stock}, 1 per shopper)",
+            f"Operator console: {base}/{settings.ADMIN_URL}  user {OPERATOR}  password {password}",
+            f"API docs:         {base}/api/docs/",
+            "",
+            "Try it (the token is valid for an hour; mint more with: python manage.py mint_token USER):",
+            f"  curl -s {base}/api/v1/campaigns/{campaign.pk}",
+            f"  curl -s -X POST {headers} -H 'Idempotency-Key: try-1' {base}/api/v1/campaigns/{campaign.pk}/claim",
+            f"  curl -s {headers} {base}/api/v1/claims/CLAIM_ID_FROM_ABOVE",
+            f"  curl -s {headers} {base}/api/v1/me/coupons",
+            f"  python manage.py verify_campaign {campaign.pk}",
+            "",
+        ]
+        self.stdout.write("\n".join(lines))
+        self.stdout.write(json.dumps({"id": campaign.pk, "operator": OPERATOR, "shopper": shopper}))

@@ -1,0 +1,412 @@
+"""Claims: the claim itself, the ledger drain into PostgreSQL, rebuild of a lost Redis state, verify."""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Count
+from django.utils import timezone
+
+from campaigns import redis_state
+from campaigns.errors import CampaignStateLost, NotFound, Unavailable
+from campaigns.models import Campaign
+from campaigns.redis_state import ClaimCode, StoreUnavailable
+from campaigns.services import campaign_preheat, keys_expire_at
+from coupons.codes import new_code
+from coupons.models import Coupon, CouponEvent, CouponEventType, CouponStatus
+
+from . import ledger
+from .models import Claim, ClaimStatus
+
+log = logging.getLogger(__name__)
+
+CLAIM_STATUSES = {
+    ClaimCode.CLAIMED: "claimed",
+    ClaimCode.LIMIT_REACHED: "limit_reached",
+    ClaimCode.SOLD_OUT: "sold_out",
+    ClaimCode.NOT_STARTED: "not_started",
+    ClaimCode.ENDED: "ended",
+    ClaimCode.PAUSED: "paused",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimOutcome:
+    code: int
+    status: str
+    campaign_id: int
+    claim_id: str | None
+    replayed: bool = False
+
+
+# --- the claim ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _CampaignFacts:
+    """What the claim path needs to know of a campaign whose state is not in Redis."""
+
+    exists: bool
+    ends_at: datetime | None = None
+    preheated: bool = False
+
+
+# The request path reads PostgreSQL only when Redis has no state for a campaign, and remembers the answer
+# for a few seconds per process, so a storm on an unknown or lost campaign does not reach the database.
+_FACTS_TTL_SECONDS = 5.0
+_facts: dict[int, tuple[float, _CampaignFacts]] = {}
+
+
+def _campaign_facts(campaign_id: int) -> _CampaignFacts:
+    now = time.monotonic()
+    cached = _facts.get(campaign_id)
+    if cached is not None and now - cached[0] < _FACTS_TTL_SECONDS:
+        return cached[1]
+    row = Campaign.objects.published().filter(pk=campaign_id).values("ends_at", "preheated_at").first()
+    facts = (
+        _CampaignFacts(exists=False)
+        if row is None
+        else _CampaignFacts(exists=True, ends_at=row["ends_at"], preheated=row["preheated_at"] is not None)
+    )
+    if len(_facts) > 10_000:
+        _facts.clear()
+    _facts[campaign_id] = (now, facts)
+    return facts
+
+
+def forget_campaign_facts() -> None:
+    _facts.clear()
+
+
+def claim_create(*, campaign_id: int, user_id: str, idempotency_key: str | None) -> ClaimOutcome:
+    """Claim one coupon for a shopper: one Lua script in Redis; the drain persists it later.
+
+    Raise NotFound (unknown or unpublished campaign) or Unavailable (Redis down, or the campaign's state
+    lost from Redis and not yet rebuilt). Ids must be validated by the caller.
+    """
+    try:
+        result = redis_state.run_claim(campaign_id=campaign_id, user_id=user_id, idempotency_key=idempotency_key)
+        if result.code == ClaimCode.NO_STATE:
+            result = _claim_without_state(campaign_id, user_id, idempotency_key)
+            if result is None:
+                return ClaimOutcome(ClaimCode.ENDED, CLAIM_STATUSES[ClaimCode.ENDED], campaign_id, None)
+    except StoreUnavailable as exc:
+        log.warning("claim on campaign %s: Redis unavailable: %s", campaign_id, exc)
+        raise Unavailable() from exc
+    if result.trigger_drain:
+        drain_trigger.request(campaign_id)
+    claimed = result.code == ClaimCode.CLAIMED
+    return ClaimOutcome(
+        code=int(result.code),
+        status=CLAIM_STATUSES[result.code],
+        campaign_id=campaign_id,
+        claim_id=ledger.claim_id_of(campaign_id, result.ledger_id) if claimed else None,
+        replayed=result.replayed,
+    )
+
+
+def _claim_without_state(campaign_id: int, user_id: str, key: str | None) -> redis_state.ClaimResult | None:
+    """Handle a campaign Redis knows nothing of; return None when it has ended."""
+    facts = _campaign_facts(campaign_id)
+    if not facts.exists:
+        raise NotFound("No such campaign.")
+    assert facts.ends_at is not None
+    if timezone.now() >= facts.ends_at:
+        return None
+    if facts.preheated:
+        # Loaded once and now gone (Redis lost its data): never guess the stock; wait for the rebuild.
+        raise CampaignStateLost()
+    campaign = Campaign.objects.get(pk=campaign_id)
+    campaign_preheat(campaign=campaign)
+    _facts.pop(campaign_id, None)
+    result = redis_state.run_claim(campaign_id=campaign_id, user_id=user_id, idempotency_key=key)
+    if result.code == ClaimCode.NO_STATE:
+        raise CampaignStateLost()
+    return result
+
+
+class DrainTrigger:
+    """Send drain tasks from a background thread, so a slow or absent broker never delays a claim.
+
+    The claim script already debounces (at most one pending trigger per campaign); if a send fails, the
+    beat sweep drains the ledger a few seconds later anyway.
+    """
+
+    def __init__(self) -> None:
+        self._pending: set[int] = set()
+        self._cond = threading.Condition()
+        self._pid = 0
+
+    def request(self, campaign_id: int) -> None:
+        with self._cond:
+            if self._pid != os.getpid():
+                self._pid = os.getpid()
+                self._pending = set()
+                threading.Thread(target=self._run, name="drain-trigger", daemon=True).start()
+            self._pending.add(campaign_id)
+            self._cond.notify()
+
+    def _run(self) -> None:
+        from .tasks import drain_campaign
+
+        while True:
+            with self._cond:
+                while not self._pending:
+                    self._cond.wait()
+                campaign_ids, self._pending = self._pending, set()
+            for campaign_id in campaign_ids:
+                try:
+                    drain_campaign.apply_async(args=[campaign_id], retry=False, expires=60)
+                except Exception:  # the broker is down: the beat sweep will drain
+                    log.warning("could not send a drain trigger for campaign %s", campaign_id, exc_info=True)
+
+
+drain_trigger = DrainTrigger()
+
+
+# --- the drain ---------------------------------------------------------------------------------------
+
+
+def consumer_name() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+@dataclass
+class DrainReport:
+    campaign_id: int
+    read: int = 0
+    persisted: int = 0
+    batches: int = 0
+    reclaimed: int = 0
+    caught_up: bool = False  # the ledger had nothing new when the drain stopped
+
+
+# One statement per batch: insert the claims, then coupons for the claims that were new, then their
+# 'issued' events. ON CONFLICT DO NOTHING on the claim id makes a second delivery of an entry harmless.
+_PERSIST_SQL = f"""
+WITH batch AS (
+    SELECT * FROM unnest(%s::text[], %s::text[], %s::timestamptz[], %s::text[], %s::timestamptz[],
+                         %s::timestamptz[])
+        AS b(claim_id, user_id, claimed_at, code, valid_from, expires_at)
+), new_claims AS (
+    INSERT INTO {Claim._meta.db_table} (claim_id, campaign_id, user_id, status, claimed_at, created_at, updated_at)
+    SELECT claim_id, %s, user_id, %s, claimed_at, now(), now() FROM batch
+    ON CONFLICT (claim_id) DO NOTHING
+    RETURNING claim_id
+), new_coupons AS (
+    INSERT INTO {Coupon._meta.db_table}
+        (code, campaign_id, user_id, claim_id, status, valid_from, expires_at, version, created_at, updated_at)
+    SELECT b.code, %s, b.user_id, b.claim_id, %s, b.valid_from, b.expires_at, 1, now(), now()
+    FROM batch b JOIN new_claims n USING (claim_id)
+    RETURNING id, claim_id, user_id
+)
+INSERT INTO {CouponEvent._meta.db_table} (coupon_id, campaign_id, type, data, source, created_at)
+SELECT id, %s, %s, jsonb_build_object('claim_id', claim_id, 'user_id', user_id), 'drain', now()
+FROM new_coupons
+"""
+
+
+def persist_entries(campaign: Campaign, entries: list[ledger.LedgerEntry]) -> int:
+    """Insert claims, coupons and 'issued' events for ledger entries; return how many were new."""
+    if not entries:
+        return 0
+    claimed = [e.claimed_at for e in entries]
+    validity = [campaign.coupon_validity(at) for at in claimed]
+    for attempt in range(3):
+        codes = [new_code() for _ in entries]
+        try:
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute(
+                    _PERSIST_SQL,
+                    [
+                        [e.claim_id for e in entries],
+                        [e.user_id for e in entries],
+                        claimed,
+                        codes,
+                        [v[0] for v in validity],
+                        [v[1] for v in validity],
+                        campaign.pk,
+                        ClaimStatus.ISSUED,
+                        campaign.pk,
+                        CouponStatus.ACTIVE,
+                        campaign.pk,
+                        CouponEventType.ISSUED,
+                    ],
+                )
+                return cursor.rowcount
+        except IntegrityError:
+            if attempt == 2:
+                raise
+            log.warning("coupon code collision in a batch of campaign %s; retrying with new codes", campaign.pk)
+    return 0
+
+
+def drain_campaign(
+    *,
+    campaign_id: int,
+    consumer: str | None = None,
+    batch_size: int | None = None,
+    max_seconds: float = 10.0,
+    reclaim_idle_ms: int | None = None,
+) -> DrainReport:
+    """Move a campaign's ledger into PostgreSQL in batches: read, persist, then acknowledge.
+
+    First takes over entries another consumer read but left unacknowledged for `reclaim_idle_ms`
+    (default COUPONS_DRAIN_RECLAIM_IDLE_MS). Safe to run twice at once. Stops after `max_seconds`;
+    report.read == batch_size * batches then means more may wait. Raise StoreUnavailable.
+    """
+    consumer = consumer or consumer_name()
+    batch_size = batch_size or settings.COUPONS_DRAIN_BATCH
+    idle = settings.COUPONS_DRAIN_RECLAIM_IDLE_MS if reclaim_idle_ms is None else reclaim_idle_ms
+    report = DrainReport(campaign_id)
+    campaign = Campaign.objects.filter(pk=campaign_id).first()
+    if campaign is None:
+        return report
+    deadline = time.monotonic() + max_seconds
+    reclaiming = True
+    while time.monotonic() < deadline:
+        if reclaiming:
+            entries = ledger.reclaim_stale(campaign_id, consumer=consumer, min_idle_ms=idle, count=batch_size)
+            report.reclaimed += len(entries)
+            if not entries:
+                reclaiming = False
+                continue
+        else:
+            entries = ledger.read_new(campaign_id, consumer=consumer, count=batch_size)
+            if not entries:
+                report.caught_up = True
+                break
+        report.persisted += persist_entries(campaign, entries)
+        ledger.acknowledge(campaign_id, [e.entry_id for e in entries])
+        report.read += len(entries)
+        report.batches += 1
+    return report
+
+
+def campaigns_to_drain() -> list[int]:
+    """Return the ids of campaigns whose ledger may hold entries (loaded and not past end + grace)."""
+    grace = timedelta(seconds=settings.COUPONS_KEY_GRACE_SECONDS)
+    ids = Campaign.objects.with_redis_state(at=timezone.now(), grace=grace).values_list("pk", flat=True)
+    return list(ids)
+
+
+# --- rebuild, verify --------------------------------------------------------------------------------
+
+
+def campaign_rebuild(*, campaign: Campaign) -> int:
+    """Rebuild a campaign's lost Redis state from PostgreSQL and return the stock it now has.
+
+    Drains whatever the ledger still holds first (taking over every unacknowledged entry), so that no
+    claim Redis accepted is forgotten, then loads per-user counts, the stream's last id and the stock.
+    """
+    try:
+        return campaign_preheat(campaign=campaign).remaining
+    except CampaignStateLost:
+        pass
+    drain_campaign(campaign_id=campaign.pk, reclaim_idle_ms=0, max_seconds=600)
+    claims = Claim.objects.filter(campaign=campaign).exclude(status=ClaimStatus.CANCELLED)
+    counts = dict(claims.values_list("user_id").annotate(n=Count("id")).values_list("user_id", "n"))
+    last = (
+        Claim.objects.filter(campaign=campaign)
+        .extra(select={"ms": "split_part(claim_id, '-', 2)::bigint", "seq": "split_part(claim_id, '-', 3)::bigint"})
+        .order_by("-ms", "-seq")
+        .values_list("ms", "seq")
+        .first()
+    )
+    ledger.replace_user_counts(campaign.pk, counts)
+    remaining = campaign.total_stock - sum(counts.values())
+    _, stock = redis_state.load_state(
+        campaign_id=campaign.pk,
+        starts_at=campaign.starts_at,
+        ends_at=campaign.ends_at,
+        paused=campaign.paused,
+        per_user_limit=campaign.per_user_limit,
+        total_stock=campaign.total_stock,
+        expire_at=keys_expire_at(campaign),
+        initial_stock=max(remaining, 0),
+        last_ledger_id=f"{last[0]}-{last[1]}" if last else "0-0",
+    )
+    Campaign.objects.filter(pk=campaign.pk, preheated_at__isnull=True).update(preheated_at=timezone.now())
+    log.warning("rebuilt campaign %s in Redis from PostgreSQL: %s left", campaign.pk, stock)
+    return stock if stock is not None else 0
+
+
+@dataclass
+class Balance:
+    """DESIGN.md's accounting: total == remaining + claims (persisted and in the ledger) - restocked."""
+
+    campaign_id: int
+    total_stock: int
+    remaining: int | None
+    persisted_claims: int
+    ledger_only_claims: int
+    restocked: int
+    coupons: int
+    issued_claims: int
+    users_over_limit: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def claims(self) -> int:
+        return self.persisted_claims + self.ledger_only_claims
+
+    @property
+    def right_side(self) -> int | None:
+        if self.remaining is None:
+            return None
+        return self.remaining + self.claims - self.restocked
+
+    @property
+    def balanced(self) -> bool:
+        return self.right_side == self.total_stock and not self.users_over_limit and not self.problems
+
+
+def campaign_verify(*, campaign: Campaign) -> Balance:
+    """Compute both sides of the campaign's balance from one consistent cut of Redis, then PostgreSQL.
+
+    Exact under load: only claims Redis had issued at the moment of the cut are counted from PostgreSQL.
+    """
+    snap = ledger.snapshot(campaign.pk)
+    ms, seq = (int(part) for part in snap.last_id.split("-"))
+    persisted = Claim.objects.filter(campaign=campaign).extra(
+        where=["(split_part(claim_id, '-', 2)::bigint, split_part(claim_id, '-', 3)::bigint) <= (%s, %s)"],
+        params=[ms, seq],
+    )
+    ledger_ids = [e.claim_id for e in snap.entries]
+    already_persisted = Claim.objects.filter(claim_id__in=ledger_ids).count() if ledger_ids else 0
+    by_user: dict[str, int] = dict(
+        persisted.exclude(status=ClaimStatus.CANCELLED).values_list("user_id").annotate(n=Count("id"))
+        .values_list("user_id", "n")
+    )
+    persisted_ids = set(Claim.objects.filter(claim_id__in=ledger_ids).values_list("claim_id", flat=True))
+    for entry in snap.entries:
+        if entry.claim_id not in persisted_ids:
+            by_user[entry.user_id] = by_user.get(entry.user_id, 0) + 1
+    balance = Balance(
+        campaign_id=campaign.pk,
+        total_stock=campaign.total_stock,
+        remaining=snap.remaining,
+        persisted_claims=persisted.count(),
+        ledger_only_claims=len(ledger_ids) - already_persisted,
+        restocked=persisted.filter(status=ClaimStatus.CANCELLED).count(),
+        coupons=Coupon.objects.filter(campaign=campaign).count(),
+        issued_claims=Claim.objects.filter(campaign=campaign).exclude(status=ClaimStatus.PENDING).count(),
+        users_over_limit=sorted(u for u, n in by_user.items() if n > campaign.per_user_limit),
+    )
+    if snap.remaining is None:
+        balance.problems.append("Redis holds no stock for this campaign (never loaded, expired or lost)")
+    elif snap.remaining < 0:
+        balance.problems.append(f"Redis stock is negative ({snap.remaining})")
+    orphans = Claim.objects.filter(campaign=campaign, status=ClaimStatus.ISSUED).exclude(
+        claim_id__in=Coupon.objects.filter(campaign=campaign).values("claim_id")
+    ).count()
+    if orphans:
+        balance.problems.append(f"{orphans} issued claims have no coupon")
+    return balance

@@ -1,0 +1,66 @@
+"""Celery adapters of the drain: thin, take ids, safe to run twice (at-least-once delivery)."""
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from celery import shared_task
+from django.utils import timezone
+
+from campaigns.errors import Unavailable
+from campaigns.models import Campaign
+from campaigns.redis_state import StoreUnavailable, campaign_keys, redis_client
+from campaigns.services import campaign_preheat
+
+from . import ledger, services
+
+log = logging.getLogger(__name__)
+
+
+@shared_task(name="orders.tasks.drain_campaign", ignore_result=True)
+def drain_campaign(campaign_id: int) -> dict:
+    """Drain one campaign's ledger (triggered after claims). Re-enqueues itself while more is waiting."""
+    # Clear the trigger flag before reading: a claim after this point sets it again and sends a new
+    # trigger, a claim before it is in the stream this run reads.
+    try:
+        redis_client().delete(campaign_keys(campaign_id).drain)
+        # A batch of 500 takes ~30-60 ms (one INSERT ... unnest statement); 5 s is ~50k claims.
+        report = services.drain_campaign(campaign_id=campaign_id, max_seconds=5.0)
+    except StoreUnavailable:
+        log.warning("drain of campaign %s: Redis unavailable; the sweep retries", campaign_id)
+        return {"campaign_id": campaign_id, "error": "redis unavailable"}
+    if not report.caught_up:
+        drain_campaign.apply_async(args=[campaign_id], expires=60)
+    return {"campaign_id": campaign_id, "read": report.read, "persisted": report.persisted}
+
+
+@shared_task(name="orders.tasks.drain_sweep", ignore_result=True)
+def drain_sweep() -> dict:
+    """Every few seconds: drain every campaign with a backlog and take over entries of dead workers."""
+    campaign_ids = services.campaigns_to_drain()
+    try:
+        backlog = ledger.backlog_sizes(campaign_ids)
+    except StoreUnavailable:
+        log.warning("drain sweep: Redis unavailable")
+        return {"error": "redis unavailable"}
+    drained = {}
+    for campaign_id, size in backlog.items():
+        if size:
+            try:
+                drained[campaign_id] = services.drain_campaign(campaign_id=campaign_id, max_seconds=1.5).read
+            except StoreUnavailable:
+                log.warning("drain sweep: Redis unavailable while draining campaign %s", campaign_id)
+    return {"drained": drained}
+
+
+@shared_task(name="orders.tasks.preheat_due_campaigns", ignore_result=True)
+def preheat_due_campaigns() -> dict:
+    """Load published campaigns that start within the next hour into Redis before their first shopper."""
+    loaded = []
+    for campaign in Campaign.objects.due_for_preheat(at=timezone.now(), lead=timedelta(hours=1)):
+        try:
+            campaign_preheat(campaign=campaign)
+            loaded.append(campaign.pk)
+        except Unavailable:
+            log.warning("preheat of campaign %s failed: Redis unavailable", campaign.pk)
+    return {"preheated": loaded}

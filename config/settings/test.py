@@ -11,3 +11,7 @@ CACHES["default"]["LOCATION"] = REDIS_URL  # noqa: F405
 CELERY_BROKER_URL = env("TEST_CELERY_BROKER_URL") or f"{REDIS_URL.rsplit('/', 1)[0]}/14"
 ALLOWED_HOSTS = ["*"]
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+# A server or worker process started by a test runs against the test database pytest-django created.
+if env("COUPONRUSH_TEST_DB_NAME"):
+    DATABASES["default"]["NAME"] = env("COUPONRUSH_TEST_DB_NAME")

@@ -1,0 +1,186 @@
+"""Every branch of claim.lua through its Python wrapper, against the real Redis."""
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.conf import settings
+from django.utils import timezone
+
+from campaigns.redis_state import ClaimCode, campaign_keys, redis_client, run_claim, to_ms
+from campaigns.services import campaign_pause, campaign_preheat, campaign_resume, keys_expire_at
+
+pytestmark = pytest.mark.django_db
+
+
+def claim(campaign, user="alice", key=None):
+    return run_claim(campaign_id=campaign.pk, user_id=user, idempotency_key=key)
+
+
+def stock(campaign) -> int:
+    return int(redis_client().get(campaign_keys(campaign.pk).stock))
+
+
+def ledger_length(campaign) -> int:
+    return redis_client().xlen(campaign_keys(campaign.pk).ledger)
+
+
+def test_claim_decrements_stock_counts_the_user_and_appends_to_the_ledger(live_campaign) -> None:
+    campaign = live_campaign(total_stock=3)
+
+    result = claim(campaign, "alice")
+
+    assert result.code == ClaimCode.CLAIMED and not result.replayed
+    assert stock(campaign) == 2
+    assert redis_client().hget(campaign_keys(campaign.pk).users, "alice") == b"1"
+    [(entry_id, fields)] = redis_client().xrange(campaign_keys(campaign.pk).ledger)
+    assert entry_id.decode() == result.ledger_id and fields == {b"u": b"alice"}
+
+
+def test_second_claim_by_same_user_is_refused_at_the_limit(live_campaign) -> None:
+    campaign = live_campaign(total_stock=5, per_user_limit=2)
+
+    codes = [claim(campaign, "alice").code for _ in range(3)]
+
+    assert codes == [ClaimCode.CLAIMED, ClaimCode.CLAIMED, ClaimCode.LIMIT_REACHED]
+    assert stock(campaign) == 3 and ledger_length(campaign) == 2
+
+
+def test_claim_after_the_last_coupon_is_sold_out_and_changes_nothing(live_campaign) -> None:
+    campaign = live_campaign(total_stock=1)
+    assert claim(campaign, "alice").code == ClaimCode.CLAIMED
+
+    result = claim(campaign, "bob")
+
+    assert result.code == ClaimCode.SOLD_OUT and result.ledger_id == ""
+    assert stock(campaign) == 0 and ledger_length(campaign) == 1
+    assert redis_client().hget(campaign_keys(campaign.pk).users, "bob") is None
+
+
+def test_zero_stock_campaign_is_sold_out_from_the_start(live_campaign) -> None:
+    assert claim(live_campaign(total_stock=0)).code == ClaimCode.SOLD_OUT
+
+
+def test_claim_before_the_window_is_not_started(live_campaign) -> None:
+    start = timezone.now() + timedelta(minutes=5)
+    campaign = live_campaign(starts_at=start, ends_at=start + timedelta(hours=1))
+
+    assert claim(campaign).code == ClaimCode.NOT_STARTED
+    assert stock(campaign) == campaign.total_stock
+
+
+def test_claim_after_the_window_is_ended(live_campaign) -> None:
+    start = timezone.now() - timedelta(hours=2)
+    campaign = live_campaign(starts_at=start, ends_at=start + timedelta(hours=1))
+
+    assert claim(campaign).code == ClaimCode.ENDED
+    assert stock(campaign) == campaign.total_stock
+
+
+def test_claim_of_a_paused_campaign_is_paused_until_resumed(live_campaign) -> None:
+    campaign = live_campaign()
+    campaign_pause(campaign=campaign)
+
+    assert claim(campaign).code == ClaimCode.PAUSED
+    campaign_resume(campaign=campaign)
+    assert claim(campaign).code == ClaimCode.CLAIMED
+
+
+def test_campaign_without_state_is_never_treated_as_having_stock(live_campaign) -> None:
+    campaign = live_campaign()
+    redis_client().delete(campaign_keys(campaign.pk).stock)
+
+    result = claim(campaign)
+
+    assert result.code == ClaimCode.NO_STATE
+    assert ledger_length(campaign) == 0
+    assert redis_client().hget(campaign_keys(campaign.pk).users, "alice") is None
+
+
+def test_unknown_campaign_has_no_state(db) -> None:
+    assert run_claim(campaign_id=987654, user_id="alice", idempotency_key=None).code == ClaimCode.NO_STATE
+    assert redis_client().dbsize() == 0
+
+
+def test_same_idempotency_key_replays_the_first_answer_and_decrements_once(live_campaign) -> None:
+    campaign = live_campaign(total_stock=5, per_user_limit=3)
+
+    first = claim(campaign, "alice", key="k-1")
+    again = claim(campaign, "alice", key="k-1")
+
+    assert again.code == first.code == ClaimCode.CLAIMED
+    assert again.ledger_id == first.ledger_id and again.replayed and not first.replayed
+    assert stock(campaign) == 4 and ledger_length(campaign) == 1
+
+
+def test_replayed_refusal_stays_the_same_refusal(live_campaign) -> None:
+    campaign = live_campaign(total_stock=0)
+    assert claim(campaign, "alice", key="k").code == ClaimCode.SOLD_OUT
+    redis_client().set(campaign_keys(campaign.pk).stock, 5)  # stock appears later (e.g. a restock)
+
+    again = claim(campaign, "alice", key="k")
+
+    assert again.code == ClaimCode.SOLD_OUT and again.replayed
+    assert claim(campaign, "alice", key="k2").code == ClaimCode.CLAIMED
+
+
+def test_idempotency_key_is_scoped_to_the_user(live_campaign) -> None:
+    campaign = live_campaign(total_stock=5)
+
+    a, b = claim(campaign, "alice", key="same"), claim(campaign, "bob", key="same")
+
+    assert a.code == b.code == ClaimCode.CLAIMED and a.ledger_id != b.ledger_id
+
+
+def test_idempotent_answer_is_kept_24_hours(live_campaign) -> None:
+    campaign = live_campaign()
+    claim(campaign, "alice", key="k")
+
+    ttl_ms = redis_client().pttl(campaign_keys(campaign.pk).idempotency("alice", "k"))
+
+    assert 24 * 3600 * 1000 - 5000 < ttl_ms <= 24 * 3600 * 1000
+
+
+def test_only_the_first_claim_asks_for_a_drain_until_the_drain_clears_the_flag(live_campaign) -> None:
+    campaign = live_campaign(total_stock=5, per_user_limit=5)
+
+    flags = [claim(campaign).trigger_drain for _ in range(3)]
+    redis_client().delete(campaign_keys(campaign.pk).drain)
+    after_drain = claim(campaign).trigger_drain
+
+    assert flags == [True, False, False] and after_drain is True
+
+
+def test_every_key_expires_at_the_campaign_end_plus_grace(live_campaign) -> None:
+    campaign = live_campaign(total_stock=5)
+    claim(campaign, "alice")
+    expected = to_ms(keys_expire_at(campaign))
+
+    for key in campaign_keys(campaign.pk).state:
+        assert abs(redis_client().pexpiretime(key) - expected) <= 1, key
+
+
+def test_preheat_again_keeps_the_stock_and_claims(live_campaign) -> None:
+    campaign = live_campaign(total_stock=5)
+    claim(campaign, "alice")
+
+    result = campaign_preheat(campaign=campaign)
+
+    assert result.remaining == 4 and not result.stock_created
+    assert claim(campaign, "alice").code == ClaimCode.LIMIT_REACHED
+
+
+def test_claims_survive_a_script_flush(live_campaign) -> None:
+    campaign = live_campaign(total_stock=5, per_user_limit=5)
+    claim(campaign)
+
+    redis_client().script_flush()
+
+    assert claim(campaign).code == ClaimCode.CLAIMED and stock(campaign) == 3
+
+
+def test_drain_flag_expires_so_a_lost_trigger_is_sent_again(live_campaign) -> None:
+    campaign = live_campaign()
+    claim(campaign)
+    ttl = redis_client().pttl(campaign_keys(campaign.pk).drain)
+    assert 0 < ttl <= settings.COUPONS_DRAIN_TRIGGER_TTL_MS

@@ -1,0 +1,100 @@
+"""Fixtures shared by every test: real PostgreSQL and Redis, never SQLite or a fake Redis."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import settings
+
+from campaigns.models import Campaign
+from campaigns.redis_state import redis_client, reset_redis_client
+from campaigns.services import campaign_preheat
+from config.auth import mint_token
+from orders.services import forget_campaign_facts
+
+from .factories import CampaignFactory
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def clean_redis() -> Iterator[None]:
+    """Start every test with an empty Redis database of its own (settings.test keeps it apart)."""
+    reset_redis_client()
+    forget_campaign_facts()
+    redis_client().flushdb()
+    yield
+    reset_redis_client()
+
+
+def shopper_headers(user_id: str, **extra: str) -> dict[str, str]:
+    """Headers of an authenticated shopper for Django's test client."""
+    return {"HTTP_X_USER_ID": user_id, "HTTP_X_TOKEN": mint_token(user_id, ttl=600), **extra}
+
+
+@pytest.fixture
+def live_campaign(db: Any) -> Callable[..., Campaign]:
+    """Make a published campaign, live now and loaded into Redis."""
+
+    def make(**fields: Any) -> Campaign:
+        campaign = CampaignFactory(**fields)
+        campaign_preheat(campaign=campaign)
+        campaign.refresh_from_db()
+        return campaign
+
+    return make
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def process_env() -> dict[str, str]:
+    """Environment for a server or worker process that must see this test run's database and Redis."""
+    env = dict(os.environ)
+    env.update(
+        DJANGO_SETTINGS_MODULE="config.settings.test",
+        COUPONRUSH_TEST_DB_NAME=settings.DATABASES["default"]["NAME"],
+        TEST_REDIS_URL=settings.REDIS_URL,
+        TEST_CELERY_BROKER_URL=settings.CELERY_BROKER_URL,
+        PYTHONPATH=str(ROOT),
+    )
+    return env
+
+
+@pytest.fixture
+def http_server(transactional_db: Any) -> Iterator[str]:
+    """Serve the project over real HTTP (granian, WSGI, 2 workers) against the test database."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "granian", "--interface", "wsgi", "config.wsgi:application",
+         "--host", "127.0.0.1", "--port", str(port), "--workers", "2", "--no-access-log"],
+        cwd=ROOT, env=process_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            urllib.request.urlopen(f"{url}/healthz", timeout=1).read()
+            break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError(f"granian did not start: {proc.stderr.read().decode()[-2000:]}") from None
+            time.sleep(0.2)
+    yield url
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()

@@ -1,0 +1,71 @@
+import time
+
+import pytest
+from django.test import override_settings
+
+from config.auth import authenticate, mint_token, token_signature
+
+
+def test_minted_token_authenticates_its_user() -> None:
+    assert authenticate("shopper_1-A", mint_token("shopper_1-A", ttl=60)) == "shopper_1-A"
+
+
+def test_token_of_another_user_is_refused() -> None:
+    assert authenticate("bob", mint_token("alice", ttl=60)) is None
+
+
+@pytest.mark.parametrize(
+    "user_id",
+    ["0042 ", " 0042", "\u0664\u0662", "\u00b2", "a" * 65, "a\r\nb", "a\nb", "", "a.b", "a/b", "\u00e9"],
+)
+def test_user_ids_outside_the_contract_are_refused_even_with_a_matching_signature(user_id: str) -> None:
+    expires = int(time.time()) + 60
+    token = f"{expires}.{token_signature(user_id, expires)}"
+    assert authenticate(user_id, token) is None
+
+
+def test_64_character_user_id_is_accepted() -> None:
+    user = "u" * 64
+    assert authenticate(user, mint_token(user, ttl=60)) == user
+
+
+def test_expired_token_is_refused() -> None:
+    assert authenticate("alice", mint_token("alice", ttl=60, now=time.time() - 120)) is None
+
+
+def test_token_too_far_ahead_is_refused() -> None:
+    expires = int(time.time()) + 3600 + 120
+    assert authenticate("alice", f"{expires}.{token_signature('alice', expires)}") is None
+
+
+@pytest.mark.parametrize(
+    "token",
+    [
+        "abc.def",
+        "1e9." + "0" * 64,
+        "-5." + "0" * 64,
+        "",
+        ".",
+        "123",
+        "{exp}." + "0" * 64,
+        "{exp}.{sig}x",
+        "{exp}.{upper}",
+        " {exp}.{sig}",
+        "\u0661{exp}.{sig}",
+    ],
+)
+def test_malformed_or_wrong_tokens_are_refused(token: str) -> None:
+    expires = int(time.time()) + 60
+    sig = token_signature("alice", expires)
+    assert authenticate("alice", token.format(exp=expires, sig=sig, upper=sig.upper())) is None
+
+
+def test_token_signed_with_another_secret_is_refused() -> None:
+    token = mint_token("alice", ttl=60)
+    with override_settings(COUPONS_TOKEN_SECRET="another-secret"):
+        assert authenticate("alice", token) is None
+
+
+def test_mint_token_refuses_a_ttl_beyond_the_maximum() -> None:
+    with pytest.raises(ValueError):
+        mint_token("alice", ttl=3601)

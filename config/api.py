@@ -172,9 +172,8 @@ _DRF_STATUS_SLUGS = {
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """Render every error of a DRF view in the contract's form: {code, status, detail}."""
     if isinstance(exc, ApplicationError):
-        return Response(
-            body_of(exc.code, exc.status, exc.message, **exc.extra), exc.http_status, headers=error_headers(exc.http_status)
-        )
+        body = body_of(exc.code, exc.status, exc.message, **exc.extra)
+        return Response(body, exc.http_status, headers=error_headers(exc.http_status))
     if isinstance(exc, Http404):
         exc = drf_exceptions.NotFound()
     elif isinstance(exc, PermissionDenied):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 from datetime import UTC, datetime
 
 import redis
@@ -47,7 +48,7 @@ def _decode(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def _entries(campaign_id: int, raw: list) -> list[LedgerEntry]:
+def _entries(campaign_id: int, raw: Any) -> list[LedgerEntry]:
     entries = []
     for entry_id, fields in raw:
         if fields is None:  # deleted while pending
@@ -61,7 +62,7 @@ def read_new(campaign_id: int, *, consumer: str, count: int) -> list[LedgerEntry
     """Read up to `count` entries never delivered to any consumer of the drain group."""
     keys = campaign_keys(campaign_id)
     try:
-        reply = redis_client().xreadgroup(DRAIN_GROUP, consumer, {keys.ledger: ">"}, count=count)
+        reply: Any = redis_client().xreadgroup(DRAIN_GROUP, consumer, {keys.ledger: ">"}, count=count)
     except redis.ResponseError as exc:
         if "NOGROUP" in str(exc):
             return []  # no stream: the campaign was never loaded, or its keys expired

@@ -13,8 +13,8 @@ from campaigns.models import Campaign, CampaignState, DiscountType
 from campaigns.redis_state import ClaimCode, campaign_keys, redis_client, run_claim
 from config.auth import authenticate
 from coupons.models import Coupon
-from orders.models import Claim
 from orders import ledger
+from orders.models import Claim
 from orders.services import drain_campaign, persist_entries
 
 pytestmark = pytest.mark.django_db

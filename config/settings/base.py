@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any, overload
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -14,9 +15,15 @@ DEV_SECRET_KEY = "dev-only-insecure-django-secret-key"
 DEV_TOKEN_SECRET = "dev-only-insecure-token-secret"
 
 
+@overload
+def env(name: str) -> str | None: ...
+@overload
+def env(name: str, default: str) -> str: ...
+@overload
+def env(name: str, default: str | None) -> str | None: ...
 def env(name: str, default: str | None = None) -> str | None:
     value = os.environ.get(name)
-    return value if value not in (None, "") else default
+    return value if value else default
 
 
 def env_bool(name: str, default: bool) -> bool:
@@ -50,7 +57,7 @@ def load_devstack_env() -> None:
 
 SECRET_KEY = env("DJANGO_SECRET_KEY", DEV_SECRET_KEY)
 DEBUG = env_bool("DJANGO_DEBUG", False)
-ALLOWED_HOSTS = [h.strip() for h in (env("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1") or "").split(",") if h]
+ALLOWED_HOSTS = [h.strip() for h in env("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1").split(",") if h]
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -97,7 +104,7 @@ TEMPLATES = [
 ]
 
 
-def database_from_env() -> dict:
+def database_from_env() -> dict[str, Any]:
     url = env("DATABASE_URL")
     if not url:
         raise ImproperlyConfigured(
@@ -105,7 +112,9 @@ def database_from_env() -> dict:
             "or set DATABASE_URL=postgres://..."
         )
     # Persistent connections with a health check: a PostgreSQL restart costs one failed query at most.
-    db = dj_database_url.parse(url, conn_max_age=env_int("DJANGO_CONN_MAX_AGE", 60), conn_health_checks=True)
+    db: dict[str, Any] = dict(
+        dj_database_url.parse(url, conn_max_age=env_int("DJANGO_CONN_MAX_AGE", 60), conn_health_checks=True)
+    )
     db.setdefault("OPTIONS", {})["connect_timeout"] = env_int("DATABASE_CONNECT_TIMEOUT", 3)
     return db
 
@@ -130,13 +139,13 @@ STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "var" / "static"
 
 # Redis: hot state of every campaign. Timeouts well under a second so that a dead Redis is a fast 503.
-REDIS_URL = env("REDIS_URL")
+REDIS_URL = env("REDIS_URL", "")
 COUPONS_REDIS_SOCKET_TIMEOUT = env_float("COUPONS_REDIS_SOCKET_TIMEOUT", 0.5)
 COUPONS_REDIS_MAX_CONNECTIONS = env_int("COUPONS_REDIS_MAX_CONNECTIONS", 64)
 CACHES = {
     "default": {
         "BACKEND": "django_redis.cache.RedisCache",
-        "LOCATION": REDIS_URL or "redis://127.0.0.1:6379/0",
+        "LOCATION": REDIS_URL,
         "OPTIONS": {
             "SOCKET_CONNECT_TIMEOUT": COUPONS_REDIS_SOCKET_TIMEOUT,
             "SOCKET_TIMEOUT": COUPONS_REDIS_SOCKET_TIMEOUT,

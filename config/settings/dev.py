@@ -5,7 +5,7 @@ from .base import database_from_env, env, env_bool, load_devstack_env
 load_devstack_env()
 DEBUG = env_bool("DJANGO_DEBUG", True)
 DATABASES = {"default": database_from_env()}
-REDIS_URL = env("REDIS_URL")
+REDIS_URL = env("REDIS_URL", "")
 CACHES["default"]["LOCATION"] = REDIS_URL  # noqa: F405
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", REDIS_URL)
 ALLOWED_HOSTS = ["*"]

@@ -9,7 +9,7 @@ for _name, _value, _default in (
     ("DJANGO_SECRET_KEY", SECRET_KEY, DEV_SECRET_KEY),  # noqa: F405
     ("COUPONS_TOKEN_SECRET", COUPONS_TOKEN_SECRET, DEV_TOKEN_SECRET),  # noqa: F405
 ):
-    if _value == _default or len(_value) < 32:
+    if not _value or _value == _default or len(_value) < 32:
         raise ImproperlyConfigured(f"{_name} must be set to a secret of at least 32 characters in production.")
 if not env("REDIS_URL"):
     raise ImproperlyConfigured("REDIS_URL must be set in production.")
@@ -25,4 +25,4 @@ SECURE_HSTS_SECONDS = env_int("DJANGO_SECURE_HSTS_SECONDS", 31536000)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = True
 SECURE_HSTS_PRELOAD = True
 SECURE_CONTENT_TYPE_NOSNIFF = True
-CSRF_TRUSTED_ORIGINS = [o for o in (env("DJANGO_CSRF_TRUSTED_ORIGINS", "") or "").split(",") if o]
+CSRF_TRUSTED_ORIGINS = [o for o in env("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",") if o]

@@ -43,7 +43,11 @@ class Command(BaseCommand):
             user_model.objects.create_superuser(OPERATOR, f"{OPERATOR}@example.com", password)
             password_file.parent.mkdir(parents=True, exist_ok=True)
             password_file.write_text(password + "\n")
-        password = password_file.read_text().strip() if password_file.exists() else "(unchanged: manage.py changepassword operator)"
+        password = (
+            password_file.read_text().strip()
+            if password_file.exists()
+            else "(unchanged: manage.py changepassword operator)"
+        )
 
         base = opts["base_url"].rstrip("/")
         shopper = "demo-shopper-1"

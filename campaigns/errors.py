@@ -32,6 +32,15 @@ class CampaignStateLost(Unavailable):
     message = "The campaign's state is missing from Redis; an operator must rebuild it (manage.py preheat)."
 
 
+class CampaignOver(ApplicationError):
+    """The campaign ended longer ago than the grace period: it has nothing to keep in Redis."""
+
+    http_status = 409
+    code = 409
+    status = "campaign_over"
+    message = "The campaign ended more than the grace period ago; there is nothing to load into Redis."
+
+
 class InvalidCampaign(ApplicationError):
     """A campaign definition an operator gave is not valid; `errors` maps field -> messages."""
 

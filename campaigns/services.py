@@ -11,7 +11,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from . import redis_state
-from .errors import CampaignStateLost, InvalidCampaign, Unavailable
+from .errors import CampaignOver, CampaignStateLost, InvalidCampaign, Unavailable
 from .models import Audience, Campaign, DiscountType
 
 
@@ -91,6 +91,8 @@ def campaign_preheat(*, campaign: Campaign) -> PreheatResult:
     here: that raises CampaignStateLost and needs the rebuild from PostgreSQL (orders.services).
     """
     first_load = campaign.preheated_at is None
+    if keys_expire_at(campaign) <= timezone.now():
+        raise CampaignOver()
     try:
         created, remaining = redis_state.load_state(
             campaign_id=campaign.pk,

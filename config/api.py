@@ -21,6 +21,7 @@ ID_RE = re.compile(r"[1-9][0-9]{0,17}")  # a positive id that fits PostgreSQL's 
 IDEMPOTENCY_KEY_RE = re.compile(r"[\x20-\x7e]{1,255}")  # 1-255 printable ASCII characters
 RETRY_AFTER_SECONDS = "1"
 MAX_BODY_BYTES = 16 * 1024
+CONTENT_LENGTH_RE = re.compile(r"[0-9]{1,12}")  # ASCII digits only: str.isdigit() admits '²' and '٢'
 
 
 class BadRequest(ApplicationError):
@@ -100,7 +101,7 @@ def idempotency_key(request: HttpRequest, *, required: bool = False) -> str | No
 def json_object_body(request: HttpRequest, *, allow_empty: bool = True) -> dict[str, Any]:
     """Return the JSON object in the request body, checking size and media type first."""
     length_text = request.META.get("CONTENT_LENGTH") or "0"
-    if not length_text.isdigit():
+    if CONTENT_LENGTH_RE.fullmatch(length_text) is None:
         raise BadRequest("Bad Content-Length.")
     if int(length_text) > MAX_BODY_BYTES:
         raise PayloadTooLarge()
@@ -117,7 +118,7 @@ def json_object_body(request: HttpRequest, *, allow_empty: bool = True) -> dict[
         raise UnsupportedMediaType()
     try:
         document = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # RecursionError: absurdly deep nesting
         raise BadRequest("The body is not valid JSON.") from exc
     if not isinstance(document, dict):
         raise BadRequest("The body must be a JSON object.")

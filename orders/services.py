@@ -92,8 +92,11 @@ def claim_create(*, campaign_id: int, user_id: str, idempotency_key: str | None)
     lost from Redis and not yet rebuilt). Ids must be validated by the caller.
     """
     try:
-        first = redis_state.run_claim(campaign_id=campaign_id, user_id=user_id, idempotency_key=idempotency_key)
-        result = first if first.code != ClaimCode.NO_STATE else _claim_without_state(campaign_id, user_id, idempotency_key)
+        result: redis_state.ClaimResult | None = redis_state.run_claim(
+            campaign_id=campaign_id, user_id=user_id, idempotency_key=idempotency_key
+        )
+        if result is not None and result.code == ClaimCode.NO_STATE:
+            result = _claim_without_state(campaign_id, user_id, idempotency_key)
         if result is None:
             return ClaimOutcome(ClaimCode.ENDED, CLAIM_STATUSES[ClaimCode.ENDED], campaign_id, None)
     except StoreUnavailable as exc:

@@ -17,6 +17,8 @@ from orders import ledger
 from orders.models import Claim
 from orders.services import drain_campaign, persist_entries
 
+from .factories import CampaignFactory
+
 pytestmark = pytest.mark.django_db
 
 
@@ -165,3 +167,12 @@ def test_demo_creates_a_live_campaign_and_an_operator_once(settings, tmp_path) -
 
     operator = get_user_model().objects.get(username="operator")
     assert operator.is_staff and operator.check_password((tmp_path / "var" / "demo-operator.txt").read_text().strip())
+
+
+def test_preheat_of_a_campaign_long_over_says_so_and_loads_nothing() -> None:
+    ended = timezone.now() - timedelta(days=8)
+    campaign = CampaignFactory(starts_at=ended - timedelta(hours=1), ends_at=ended)
+
+    with pytest.raises(CommandError, match="ended more than the grace period ago"):
+        run("preheat", str(campaign.pk))
+    assert redis_client().dbsize() == 0

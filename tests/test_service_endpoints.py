@@ -1,0 +1,117 @@
+"""Service endpoints: liveness, readiness, the OpenAPI schema and its docs page, JSON 404s."""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from django.test import override_settings
+
+from campaigns.redis_state import reset_redis_client
+
+pytestmark = pytest.mark.django_db
+
+CLAIM_PATH = "/api/v1/campaigns/{campaign_id}/claim"
+
+
+def test_healthz_says_the_process_is_alive(client) -> None:
+    # when
+    response = client.get("/healthz")
+
+    # then
+    assert response.status_code == 200
+    assert response["Content-Type"] == "application/json"
+    assert response.json() == {"code": 0, "status": "ok"}
+
+
+def test_readyz_is_ok_when_database_redis_and_broker_answer(client) -> None:
+    # when
+    response = client.get("/readyz")
+
+    # then
+    assert response.status_code == 200
+    assert response.json() == {
+        "code": 0, "status": "ok", "checks": {"database": "ok", "redis": "ok", "broker": "ok"},
+    }
+    assert "Retry-After" not in response
+
+
+def test_readyz_is_503_and_names_redis_when_redis_is_unreachable(client) -> None:
+    # given: the real client pointed at a closed port
+    with override_settings(REDIS_URL="redis://127.0.0.1:1/0"):
+        reset_redis_client()
+        try:
+            # when
+            started = time.monotonic()
+            response = client.get("/readyz")
+            elapsed = time.monotonic() - started
+        finally:
+            reset_redis_client()
+
+    # then
+    assert response.status_code == 503
+    assert response["Retry-After"] == "1"
+    body = response.json()
+    assert body["code"] == 503 and body["status"] == "unavailable"
+    assert body["checks"]["database"] == "ok" and body["checks"]["broker"] == "ok"
+    assert body["checks"]["redis"].startswith("unavailable")
+    assert elapsed < 2.0
+
+
+def openapi_schema(client) -> dict:
+    response = client.get("/api/schema/", {"format": "json"})
+    assert response.status_code == 200, response.content[:500]
+    return json.loads(response.content)
+
+
+def test_schema_is_openapi_3(client) -> None:
+    # when
+    response = client.get("/api/schema/")
+
+    # then
+    assert response.status_code == 200
+    assert b"openapi: 3." in response.content
+    assert openapi_schema(client)["openapi"].startswith("3.")
+
+
+def test_schema_documents_the_claim_with_its_answers(client) -> None:
+    # when
+    paths = openapi_schema(client)["paths"]
+
+    # then
+    claim = paths[CLAIM_PATH]["post"]
+    assert {"200", "400", "401", "404", "503"} <= set(claim["responses"])
+    statuses = claim["responses"]["200"]["content"]["application/json"]["schema"]["properties"]["status"]["enum"]
+    assert statuses == ["claimed", "limit_reached", "sold_out", "not_started", "ended", "paused"]
+    headers = {p["name"] for p in claim["parameters"] if p["in"] == "header"}
+    assert {"X-User-Id", "X-Token", "Idempotency-Key"} <= headers
+
+
+def test_schema_documents_every_storefront_read(client) -> None:
+    # when
+    paths = openapi_schema(client)["paths"]
+
+    # then
+    for path in ("/api/v1/campaigns", "/api/v1/campaigns/{campaign_id}", "/api/v1/claims/{claim_id}",
+                 "/api/v1/me/coupons"):
+        assert {"200", "400", "401", "404", "503"} <= set(paths[path]["get"]["responses"]), path
+
+
+def test_api_docs_page_is_served(client) -> None:
+    # when
+    response = client.get("/api/docs/")
+
+    # then
+    assert response.status_code == 200
+    assert b"swagger" in response.content.lower() and b"/api/schema/" in response.content
+
+
+@pytest.mark.parametrize("path", ["/api/v1/nope", "/api/v1/campaigns/1/nope", "/nope", "/api/v1/claims/"])
+def test_an_unknown_url_is_a_json_404(client, path) -> None:
+    # when
+    response = client.get(path)
+
+    # then
+    assert response.status_code == 404
+    assert response["Content-Type"] == "application/json"
+    assert response.json() == {"code": 404, "status": "not_found", "detail": "Not found."}

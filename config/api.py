@@ -8,6 +8,7 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.http import Http404, HttpRequest, HttpResponse
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import exceptions as drf_exceptions
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.request import Request
@@ -241,3 +242,21 @@ def schema_postprocess(result: dict[str, Any], generator: Any, request: Any, pub
                     }},
                 })
     return result
+
+
+class ShopperTokenScheme(OpenApiAuthenticationExtension):
+    """Document the shopper headers (X-User-Id + X-Token) as two API keys required together."""
+
+    target_class = "config.api.ShopperTokenAuthentication"
+    name = ["ShopperUserId", "ShopperToken"]
+
+    def get_security_definition(self, auto_schema: Any) -> list[dict[str, Any]]:
+        return [
+            {"type": "apiKey", "in": "header", "name": "X-User-Id",
+             "description": "The shopper's id: 1-64 characters of A-Z a-z 0-9 _ -"},
+            {"type": "apiKey", "in": "header", "name": "X-Token",
+             "description": "<expires>.<lowercase hex HMAC-SHA256(COUPONS_TOKEN_SECRET, '<user id>.<expires>')>"},
+        ]
+
+    def get_security_requirement(self, auto_schema: Any) -> dict[str, list[str]]:
+        return {"ShopperUserId": [], "ShopperToken": []}

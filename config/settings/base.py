@@ -43,13 +43,11 @@ def env_int(name: str, default: int) -> int:
 
 # Development runs without a .env: the dev entry point (config/devstack.py) records the URLs of the
 # embedded servers it started in var/devstack.env, so a second terminal's manage.py finds them.
-DEVSTACK_ENV_FILE = BASE_DIR / "var" / "devstack.env"
-
-
 def load_devstack_env() -> None:
-    if not DEVSTACK_ENV_FILE.exists():
+    env_file = Path(os.environ.get("COUPONRUSH_DATA_DIR") or BASE_DIR / "var") / "devstack.env"
+    if not env_file.exists():
         return
-    for line in DEVSTACK_ENV_FILE.read_text().splitlines():
+    for line in env_file.read_text().splitlines():
         name, _, value = line.partition("=")
         if name and value and not os.environ.get(name):
             os.environ[name] = value

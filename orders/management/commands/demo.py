@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import json
+import os
 import secrets
 from datetime import timedelta
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -36,7 +38,8 @@ class Command(BaseCommand):
                 ends_at=now + timedelta(days=7), discount_value=Decimal("50.00"), min_spend=Decimal("300.00"),
                 valid_days=30, publish=True,
             )
-        password_file = settings.BASE_DIR / "var" / "demo-operator.txt"
+        data_dir = Path(os.environ.get("COUPONRUSH_DATA_DIR") or settings.BASE_DIR / "var")
+        password_file = data_dir / "demo-operator.txt"
         user_model = get_user_model()
         if not user_model.objects.filter(username=OPERATOR).exists():
             password = secrets.token_urlsafe(12)

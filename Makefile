@@ -1,0 +1,47 @@
+# The README's two commands: `make run` starts the whole system, `make test` runs the whole test suite.
+# Needs nothing but python3 (3.11) on PATH: the first run creates .venv and installs the project into it.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= $(shell command -v python3.11 || echo python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+ARGS ?=
+# This machine's pip configuration points at local mirrors that print one harmless line per package.
+PIP_NOISE := WARNING: Location '.*' is ignored|^Looking in indexes|^Looking in links
+
+.PHONY: help run test lint .venv clean-venv
+
+help:
+	@echo "make run    start PostgreSQL, Valkey, web, worker and beat (embedded servers unless DATABASE_URL/REDIS_URL)"
+	@echo "make test   run the test suite (extra pytest arguments: make test ARGS=\"-k claim\")"
+	@echo "make lint   ruff check + mypy"
+
+run: $(STAMP)
+	$(PY) -m config.devstack run $(ARGS)
+
+test: $(STAMP)
+	$(PY) -m config.devstack test $(ARGS)
+
+# mypy's Django plugin imports the settings, which need a DATABASE_URL (it never connects).
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	DATABASE_URL=$${DATABASE_URL:-postgres://lint@localhost/lint} $(VENV)/bin/mypy .
+
+.venv: $(STAMP)
+
+# Re-installs whenever pyproject.toml changes.
+$(STAMP): pyproject.toml
+	@test -x $(PY) || { \
+	  $(PYTHON) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' \
+	    || { echo "couponrush needs Python 3.11: make PYTHON=/path/to/python3.11" >&2; exit 1; }; \
+	  echo "creating $(VENV) with $$($(PYTHON) --version)"; $(PYTHON) -m venv $(VENV); }
+	@echo "installing the project and its dependencies into $(VENV) ..."
+	@$(PY) -m pip install -q --upgrade pip 2>&1 | { grep -Ev "$(PIP_NOISE)" || true; }
+	@PYTHONWARNINGS=ignore $(PY) -m pip install -q -e '.[dev]' 2>&1 | { grep -Ev "$(PIP_NOISE)" || true; }
+	@touch $@
+
+clean-venv:
+	rm -rf $(VENV)

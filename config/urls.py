@@ -1,6 +1,7 @@
 from django.conf import settings
 from django.contrib import admin
 from django.urls import path
+from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from campaigns.apis import CampaignDetailApi, CampaignListApi
@@ -11,6 +12,7 @@ from .health import healthz, readyz
 
 api = "api/v1/"
 urlpatterns = [
+    path("", RedirectView.as_view(url="/api/docs/", permanent=False), name="home"),
     path(f"{api}campaigns", CampaignListApi.as_view(), name="campaign-list"),
     path(f"{api}campaigns/<str:campaign_id>", CampaignDetailApi.as_view(), name="campaign-detail"),
     path(f"{api}campaigns/<str:campaign_id>/claim", campaign_claim, name="campaign-claim"),

@@ -10,6 +10,7 @@ from datetime import timedelta
 import psycopg
 import pytest
 from django.conf import settings
+from django.db import connections
 from django.utils import timezone
 
 from campaigns.redis_state import DRAIN_GROUP, campaign_keys, redis_client, run_claim
@@ -98,7 +99,10 @@ def test_concurrent_drains_of_one_campaign_persist_each_claim_once(live_campaign
     reports = []
 
     def drain(name: str) -> None:
-        reports.append(drain_campaign(campaign_id=campaign.pk, consumer=name, batch_size=25))
+        try:
+            reports.append(drain_campaign(campaign_id=campaign.pk, consumer=name, batch_size=25))
+        finally:
+            connections.close_all()  # this thread's own connection
 
     threads = [threading.Thread(target=drain, args=(f"w{i}",)) for i in range(4)]
     for t in threads:

@@ -23,4 +23,4 @@ ENV DJANGO_SETTINGS_MODULE=config.settings.production
 EXPOSE 8000
 # Same command as config/devstack.py web_command(), listening on all interfaces.
 CMD ["granian", "--interface", "wsgi", "config.wsgi:application", "--host", "0.0.0.0", "--port", "8000", \
-     "--workers", "2", "--static-path-route", "/static", "--static-path-mount", "/app/var/static"]
+     "--workers", "2", "--backpressure", "16", "--static-path-route", "/static", "--static-path-mount", "/app/var/static"]

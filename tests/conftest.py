@@ -18,6 +18,7 @@ from campaigns.models import Campaign
 from campaigns.redis_state import redis_client, reset_redis_client
 from campaigns.services import campaign_preheat
 from config.auth import mint_token
+from config.devstack import web_command
 from orders.services import forget_campaign_facts
 
 from .factories import CampaignFactory
@@ -74,11 +75,11 @@ def process_env() -> dict[str, str]:
 
 @pytest.fixture
 def http_server(transactional_db: Any) -> Iterator[str]:
-    """Serve the project over real HTTP (granian, WSGI, 2 workers) against the test database."""
+    """Serve the project over real HTTP, as the run command does, against the test database."""
     port = free_port()
+    command = web_command(port)  # the run command's own server and options
     proc = subprocess.Popen(
-        [sys.executable, "-m", "granian", "--interface", "wsgi", "config.wsgi:application",
-         "--host", "127.0.0.1", "--port", str(port), "--workers", "2", "--no-access-log"],
+        [sys.executable, "-m", *command],
         cwd=ROOT, env=process_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )
     url = f"http://127.0.0.1:{port}"

@@ -18,7 +18,7 @@ from campaigns.models import Campaign
 from campaigns.redis_state import redis_client, reset_redis_client
 from campaigns.services import campaign_preheat
 from config.auth import mint_token
-from config.devstack import web_command
+from config.devstack import STATIC_ROOT, web_command
 from orders.services import forget_campaign_facts
 
 from .factories import CampaignFactory
@@ -78,6 +78,7 @@ def http_server(transactional_db: Any) -> Iterator[str]:
     """Serve the project over real HTTP, as the run command does, against the test database."""
     port = free_port()
     command = web_command(port)  # the run command's own server and options
+    STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # granian refuses a static mount that does not exist
     proc = subprocess.Popen(
         [sys.executable, "-m", *command],
         cwd=ROOT, env=process_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,

@@ -1,7 +1,7 @@
 """What an operator defines: a campaign, its window, stock, limits and the coupon rule it issues."""
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from django.core.exceptions import ValidationError
@@ -9,6 +9,8 @@ from django.core.validators import MinValueValidator
 from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
+
+from .money import MINOR_UNITS, Discount, compute_discount
 
 
 class DiscountType(models.TextChoices):
@@ -63,8 +65,13 @@ class Campaign(models.Model):
     discount_value = models.DecimalField(max_digits=12, decimal_places=2)
     max_discount = models.DecimalField(max_digits=12, decimal_places=2, null=True, blank=True)
     min_spend = models.DecimalField(max_digits=12, decimal_places=2, default=Decimal("0"))
-    currency = models.CharField(max_length=3, default="CNY")
-    valid_until = models.DateTimeField(null=True, blank=True, help_text="Absolute validity (inclusive).")
+    currency = models.CharField(max_length=3, default="CNY", choices=[(c, c) for c in sorted(MINOR_UNITS)])
+    valid_from = models.DateTimeField(
+        null=True, blank=True, help_text="Absolute validity: coupons are usable from then (default: the claim)."
+    )
+    valid_until = models.DateTimeField(
+        null=True, blank=True, help_text="Absolute validity: usable until then, inclusive to the second."
+    )
     valid_days = models.PositiveIntegerField(null=True, blank=True, help_text="Relative validity: days after claim.")
     audience = models.CharField(max_length=3, choices=Audience.choices, default=Audience.ALL)
 
@@ -105,6 +112,22 @@ class Campaign(models.Model):
             errors["valid_days"] = "Give either an absolute validity (valid until) or a number of days, not both."
         if self.valid_until and self.ends_at and self.valid_until < self.ends_at:
             errors["valid_until"] = "Coupons must stay valid at least until the campaign ends."
+        if self.valid_from and (self.valid_until is None or self.valid_from >= self.valid_until):
+            errors["valid_from"] = "valid from needs a later valid until (absolute validity)."
+        if self.discount_type == DiscountType.FIXED and self.max_discount is not None:
+            errors["max_discount"] = "A cap applies to percentage discounts only."
+        places = MINOR_UNITS.get(self.currency)
+        if places is None:
+            errors["currency"] = "Unknown currency: use an ISO 4217 code such as CNY, USD, EUR, JPY."
+        else:
+            amounts = ["max_discount", "min_spend"]
+            if self.discount_type == DiscountType.FIXED:
+                amounts.append("discount_value")
+            unit = Decimal(1).scaleb(-places)
+            for name in amounts:
+                value = getattr(self, name)
+                if value is not None and value != value.quantize(unit):
+                    errors[name] = f"{self.currency} amounts have at most {places} decimals."
         if errors:
             raise ValidationError(errors)
 
@@ -125,8 +148,23 @@ class Campaign(models.Model):
         return self.state_at(timezone.now())
 
     def coupon_validity(self, claimed_at: datetime) -> tuple[datetime, datetime]:
-        """Return (valid_from, expires_at) of a coupon claimed at `claimed_at`."""
+        """Return (valid_from, expires_at) of a coupon claimed at `claimed_at`, in whole seconds.
+
+        Relative validity counts calendar days in the operator's zone: claimed at 10:00 the day before a
+        DST change, valid until 10:00 local N days later (23 or 25 real hours for that day). A coupon is
+        usable up to and including the second of expires_at (see Coupon.is_expired_at).
+        """
         if self.valid_days is not None:
-            return claimed_at, claimed_at + timedelta(days=self.valid_days)
+            local = timezone.localtime(claimed_at)  # settings.TIME_ZONE, the operator's zone
+            expires = (local + timedelta(days=self.valid_days)).astimezone(UTC)
+            return claimed_at, expires.replace(microsecond=0)
         assert self.valid_until is not None
-        return claimed_at, self.valid_until
+        valid_from = self.valid_from if self.valid_from is not None else min(claimed_at, self.valid_until)
+        return valid_from, self.valid_until.replace(microsecond=0)
+
+    def discount_for(self, order_amount: Decimal) -> Discount:
+        """Return the discount this campaign's rule gives an order of `order_amount` (its currency)."""
+        return compute_discount(
+            discount_type=self.discount_type, value=self.discount_value, cap=self.max_discount,
+            order_amount=order_amount, currency=self.currency,
+        )

@@ -44,6 +44,7 @@ class CampaignKeys:
     users: str
     ledger: str
     drain: str
+    cancelled: str
 
     def idempotency(self, user_id: str, key: str) -> str:
         digest = hashlib.sha256(key.encode()).hexdigest()[:32]
@@ -56,14 +57,16 @@ class CampaignKeys:
     @property
     def state(self) -> list[str]:
         """The keys that hold the campaign's own state (they expire at its end plus the grace)."""
-        return [self.meta, self.stock, self.users, self.ledger]
+        return [self.meta, self.stock, self.users, self.ledger, self.cancelled]
 
 
 def campaign_keys(campaign_id: int) -> CampaignKeys:
     if type(campaign_id) is not int or campaign_id < 1:
         raise ValueError(f"not a campaign id: {campaign_id!r}")
     tag = f"cpn:{{c{campaign_id}}}:"
-    return CampaignKeys(campaign_id, tag + "meta", tag + "stock", tag + "users", tag + "ledger", tag + "drain")
+    return CampaignKeys(
+        campaign_id, tag + "meta", tag + "stock", tag + "users", tag + "ledger", tag + "drain", tag + "cancelled"
+    )
 
 
 # One client per process. No retries: a claim script must never run twice because a reply was slow,
@@ -105,6 +108,7 @@ class _Scripts:
     def __init__(self, client: redis.Redis) -> None:
         self.claim = client.register_script((LUA_DIR / "claim.lua").read_text())
         self.load_state = client.register_script((LUA_DIR / "load_state.lua").read_text())
+        self.cancel = client.register_script((LUA_DIR / "cancel.lua").read_text())
 
 
 _scripts: _Scripts | None = None
@@ -188,6 +192,22 @@ def load_state(
     except redis.RedisError as exc:
         raise StoreUnavailable(str(exc)) from exc
     return bool(created), (None if int(stock) < 0 else int(stock))
+
+
+class RestockResult(enum.IntEnum):
+    RESTOCKED = 1
+    ALREADY = 0
+    NO_STATE = -1
+
+
+def run_restock(*, campaign_id: int, claim_id: str, user_id: str) -> RestockResult:
+    """Give one cancelled claim's coupon back to the stock, once per claim id. Raise StoreUnavailable."""
+    keys = campaign_keys(campaign_id)
+    try:
+        result = scripts().cancel(keys=[keys.stock, keys.users, keys.cancelled], args=[claim_id, user_id])
+    except redis.RedisError as exc:
+        raise StoreUnavailable(str(exc)) from exc
+    return RestockResult(int(result))
 
 
 def set_paused(*, campaign_id: int, paused: bool) -> bool:

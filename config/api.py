@@ -11,8 +11,10 @@ from django.http import Http404, HttpRequest, HttpResponse
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import exceptions as drf_exceptions
 from rest_framework.authentication import BaseAuthentication
+from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from campaigns.errors import ApplicationError
 
@@ -156,6 +158,31 @@ class ShopperTokenAuthentication(BaseAuthentication):
 
     def authenticate_header(self, request: Request) -> str:
         return 'X-Token realm="couponrush"'
+
+
+class ShopperApi(APIView):
+    """Base of the storefront's authenticated DRF views: shopper token, body size limit, JSON objects."""
+
+    authentication_classes = [ShopperTokenAuthentication]
+    permission_classes = [IsAuthenticated]
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)
+        length = request.META.get("CONTENT_LENGTH") or "0"
+        if CONTENT_LENGTH_RE.fullmatch(length) is None:
+            raise BadRequest("Bad Content-Length.")
+        if int(length) > MAX_BODY_BYTES:
+            raise PayloadTooLarge()
+
+    @property
+    def user_id(self) -> str:
+        return self.request.user.user_id  # type: ignore[union-attr]
+
+    def body(self) -> dict[str, Any]:
+        data = self.request.data
+        if not isinstance(data, dict):
+            raise BadRequest("The body must be a JSON object.")
+        return data
 
 
 _DRF_STATUS_SLUGS = {

@@ -5,8 +5,8 @@ from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from campaigns.apis import CampaignDetailApi, CampaignListApi
-from coupons.apis import MyCouponsApi
-from orders.apis import ClaimDetailApi, campaign_claim
+from coupons.apis import CouponConfirmApi, CouponRedeemApi, CouponReleaseApi, CouponReserveApi, MyCouponsApi
+from orders.apis import ClaimCancelApi, ClaimDetailApi, campaign_claim
 
 from .health import healthz, readyz
 
@@ -17,7 +17,12 @@ urlpatterns = [
     path(f"{api}campaigns/<str:campaign_id>", CampaignDetailApi.as_view(), name="campaign-detail"),
     path(f"{api}campaigns/<str:campaign_id>/claim", campaign_claim, name="campaign-claim"),
     path(f"{api}claims/<str:claim_id>", ClaimDetailApi.as_view(), name="claim-detail"),
+    path(f"{api}claims/<str:claim_id>/cancel", ClaimCancelApi.as_view(), name="claim-cancel"),
     path(f"{api}me/coupons", MyCouponsApi.as_view(), name="my-coupons"),
+    path(f"{api}coupons/<str:code>/redeem", CouponRedeemApi.as_view(), name="coupon-redeem"),
+    path(f"{api}coupons/<str:code>/reserve", CouponReserveApi.as_view(), name="coupon-reserve"),
+    path(f"{api}coupons/<str:code>/confirm", CouponConfirmApi.as_view(), name="coupon-confirm"),
+    path(f"{api}coupons/<str:code>/release", CouponReleaseApi.as_view(), name="coupon-release"),
     path("healthz", healthz, name="healthz"),
     path("readyz", readyz, name="readyz"),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

@@ -1,9 +1,11 @@
 """Storefront API of coupons: the shopper's own coupons."""
 from __future__ import annotations
 
+import re
+from dataclasses import asdict
 from typing import Any
 
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.permissions import IsAuthenticated
@@ -11,10 +13,24 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from config.api import BadRequest, ShopperTokenAuthentication
+from campaigns.errors import NotFound
+from campaigns.money import InvalidAmount, parse_amount, parse_currency
+from config.api import BadRequest, ShopperApi, ShopperTokenAuthentication, idempotency_key
 
+from .codes import normalize_code
+from .idempotency import Answer, run_idempotent
 from .models import Coupon, CouponStatus
 from .selectors import coupons_of_user
+from .services import (
+    HOLD_SECONDS_DEFAULT,
+    HOLD_SECONDS_MAX,
+    Order,
+    coupon_confirm,
+    coupon_redeem,
+    coupon_release,
+    coupon_reserve,
+    coupons_settle_due,
+)
 
 
 class CouponOutputSerializer(serializers.ModelSerializer):
@@ -32,6 +48,7 @@ class CouponOutputSerializer(serializers.ModelSerializer):
         fields = [
             "code", "campaign_id", "claim_id", "status", "valid_from", "expires_at",
             "discount_type", "discount_value", "max_discount", "min_spend", "currency",
+            "order_id", "hold_until", "discount",
         ]
 
 
@@ -74,7 +91,173 @@ class MyCouponsApi(APIView):
         status = request.query_params.get("status")
         if status is not None and status not in CouponStatus.values:
             raise BadRequest(f"status is one of: {', '.join(CouponStatus.values)}.")
-        coupons = coupons_of_user(user_id=request.user.user_id, status=status)  # type: ignore[union-attr]
+        user_id = request.user.user_id  # type: ignore[union-attr]
+        coupons_settle_due(user_id=user_id)  # lazy expiry: what a shopper sees is never stale
+        coupons = coupons_of_user(user_id=user_id, status=status)
         paginator = self.pagination_class()
         page = paginator.paginate_queryset(coupons, request, view=self)
         return paginator.get_paginated_response(CouponOutputSerializer(page, many=True).data)
+
+
+# --- using a coupon: reserve, confirm, redeem, release ------------------------------------------------
+
+ORDER_ID_RE = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+
+
+def order_id_from(data: dict[str, Any]) -> str:
+    """Return the order id of a request body: a positive integer or 1-64 of [A-Za-z0-9_.:-]."""
+    value = data.get("order_id")
+    if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 10**18:
+        return str(value)
+    if isinstance(value, str) and ORDER_ID_RE.fullmatch(value):
+        return value
+    raise BadRequest("order_id is required: a positive integer or 1-64 characters of A-Z a-z 0-9 _ . : -")
+
+
+def order_from(data: dict[str, Any]) -> Order:
+    try:
+        currency = parse_currency(data.get("currency"))
+        amount = parse_amount(data.get("order_amount"), currency)
+    except InvalidAmount as exc:
+        raise BadRequest(str(exc)) from exc
+    return Order(order_id=order_id_from(data), amount=amount, currency=currency)
+
+
+def hold_seconds_from(data: dict[str, Any]) -> int:
+    value = data.get("hold_seconds", HOLD_SECONDS_DEFAULT)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= HOLD_SECONDS_MAX:
+        raise BadRequest(f"hold_seconds is a whole number of seconds from 1 to {HOLD_SECONDS_MAX} (default 900).")
+    return value
+
+
+def coupon_endpoint(code: str, action: str) -> tuple[str, str]:
+    """Return (canonical code, idempotency endpoint); a code that can't exist is the same 404 as unknown."""
+    canonical = normalize_code(code)
+    if canonical is None:
+        raise NotFound("No such coupon.")
+    return canonical, f"POST /api/v1/coupons/{canonical}/{action}"
+
+
+def answer_response(answer: Answer) -> Response:
+    headers = {"Idempotent-Replayed": "true"} if answer.replayed else None
+    return Response(answer.body, status=answer.status, headers=headers)
+
+
+_USE_CODES = "0 done, 10 expired, 11 already_redeemed, 12 min_spend_not_met, 13 not_yet_valid, 14 revoked, " \
+    "15 not_eligible, 16 on_hold, 17 hold_lapsed (confirm only), 18 not_held (confirm only)"
+_IDEMPOTENCY_HEADER = OpenApiParameter(
+    "Idempotency-Key", str, OpenApiParameter.HEADER, required=True,
+    description="1-255 printable ASCII characters; a repeat replays the first answer (Idempotent-Replayed: true)",
+)
+_OPTIONAL_IDEMPOTENCY_HEADER = OpenApiParameter(
+    "Idempotency-Key", str, OpenApiParameter.HEADER, required=False, description=_IDEMPOTENCY_HEADER.description
+)
+def _order_id_field() -> serializers.Field:
+    return serializers.CharField(help_text="The shop's order id: an integer or 1-64 of [A-Za-z0-9_.:-]")
+
+
+def _order_fields() -> dict[str, serializers.Field]:
+    return {
+        "order_id": _order_id_field(),
+        "order_amount": serializers.CharField(help_text='Decimal string, e.g. "350.00"'),
+        "currency": serializers.CharField(help_text="ISO 4217, the coupon's currency, e.g. CNY"),
+    }
+_USE_RESPONSE = inline_serializer("CouponUseResult", {
+    "code": serializers.IntegerField(help_text=_USE_CODES),
+    "status": serializers.CharField(),
+    "discount": serializers.CharField(required=False, help_text="decimal string"),
+    "payable": serializers.CharField(required=False, help_text="order amount minus discount, decimal string"),
+    "hold_until": serializers.DateTimeField(required=False),
+    "detail": serializers.CharField(required=False),
+})
+_ERRORS = {409: OpenApiResponse(description="The same Idempotency-Key is still in flight (Retry-After)."),
+           422: OpenApiResponse(description="The same Idempotency-Key was used with a different request.")}
+
+
+class CouponRedeemApi(ShopperApi):
+    """POST /api/v1/coupons/{code}/redeem: use the coupon for an order in one step."""
+
+    @extend_schema(
+        tags=["coupons"], parameters=[_IDEMPOTENCY_HEADER],
+        request=inline_serializer("RedeemRequest", _order_fields()),
+        responses={200: _USE_RESPONSE, **_ERRORS},
+        examples=[OpenApiExample("redeemed", response_only=True,
+                                 value={"code": 0, "status": "redeemed", "discount": "50.00", "payable": "300.00"}),
+                  OpenApiExample("min spend", response_only=True, value={"code": 12, "status": "min_spend_not_met"}),
+                  OpenApiExample("request", request_only=True,
+                                 value={"order_id": "A-1001", "order_amount": "350.00", "currency": "CNY"})],
+    )
+    def post(self, request: Request, code: str) -> Response:
+        key = idempotency_key(request._request, required=True)
+        order = order_from(self.body())
+        canonical, endpoint = coupon_endpoint(code, "redeem")
+        return answer_response(run_idempotent(
+            user_id=self.user_id, endpoint=endpoint, key=key, payload=asdict(order),
+            execute=lambda: Answer(200, coupon_redeem(user_id=self.user_id, code=canonical, order=order).body()),
+        ))
+
+
+class CouponReserveApi(ShopperApi):
+    """POST /api/v1/coupons/{code}/reserve: hold the coupon for an order awaiting payment."""
+
+    @extend_schema(
+        tags=["coupons"], parameters=[_IDEMPOTENCY_HEADER],
+        request=inline_serializer("ReserveRequest", {
+            **_order_fields(),
+            "hold_seconds": serializers.IntegerField(required=False, min_value=1, max_value=HOLD_SECONDS_MAX,
+                                                     default=HOLD_SECONDS_DEFAULT)}),
+        responses={200: _USE_RESPONSE, **_ERRORS},
+        examples=[OpenApiExample("reserved", response_only=True, value={
+            "code": 0, "status": "reserved", "discount": "50.00", "payable": "300.00",
+            "hold_until": "2026-11-30T10:15:00+00:00"}),
+                  OpenApiExample("on hold", response_only=True, value={"code": 16, "status": "on_hold"})],
+    )
+    def post(self, request: Request, code: str) -> Response:
+        key = idempotency_key(request._request, required=True)
+        body = self.body()
+        order, hold_seconds = order_from(body), hold_seconds_from(body)
+        canonical, endpoint = coupon_endpoint(code, "reserve")
+        return answer_response(run_idempotent(
+            user_id=self.user_id, endpoint=endpoint, key=key, payload={**asdict(order), "hold": hold_seconds},
+            execute=lambda: Answer(200, coupon_reserve(
+                user_id=self.user_id, code=canonical, order=order, hold_seconds=hold_seconds).body()),
+        ))
+
+
+class CouponConfirmApi(ShopperApi):
+    """POST /api/v1/coupons/{code}/confirm: the held order was paid; the coupon becomes redeemed."""
+
+    @extend_schema(
+        tags=["coupons"], parameters=[_OPTIONAL_IDEMPOTENCY_HEADER],
+        request=inline_serializer("ConfirmRequest", {"order_id": _order_id_field()}),
+        responses={200: _USE_RESPONSE, **_ERRORS},
+        examples=[OpenApiExample("lapsed", response_only=True, value={"code": 17, "status": "hold_lapsed"})],
+    )
+    def post(self, request: Request, code: str) -> Response:
+        key = idempotency_key(request._request)
+        order_id = order_id_from(self.body())
+        canonical, endpoint = coupon_endpoint(code, "confirm")
+        return answer_response(run_idempotent(
+            user_id=self.user_id, endpoint=endpoint, key=key, payload={"order_id": order_id},
+            execute=lambda: Answer(200, coupon_confirm(user_id=self.user_id, code=canonical, order_id=order_id).body()),
+        ))
+
+
+class CouponReleaseApi(ShopperApi):
+    """POST /api/v1/coupons/{code}/release: the order was cancelled or not paid; undo its hold or use."""
+
+    @extend_schema(
+        tags=["coupons"], parameters=[_OPTIONAL_IDEMPOTENCY_HEADER],
+        request=inline_serializer("ReleaseRequest", {"order_id": _order_id_field()}),
+        responses={200: inline_serializer("ReleaseResult", {
+            "code": serializers.IntegerField(), "status": serializers.CharField(),
+            "coupon_status": serializers.ChoiceField(choices=CouponStatus.choices)}), **_ERRORS},
+    )
+    def post(self, request: Request, code: str) -> Response:
+        key = idempotency_key(request._request)
+        order_id = order_id_from(self.body())
+        canonical, endpoint = coupon_endpoint(code, "release")
+        return answer_response(run_idempotent(
+            user_id=self.user_id, endpoint=endpoint, key=key, payload={"order_id": order_id},
+            execute=lambda: Answer(200, coupon_release(user_id=self.user_id, code=canonical, order_id=order_id).body()),
+        ))

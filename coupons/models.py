@@ -1,6 +1,8 @@
 """Issued coupons and their append-only event log (the coupon row is the projection of its events)."""
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
 from django.db import models
 from django.db.models import Q
 
@@ -23,8 +25,14 @@ class Coupon(models.Model):
     claim_id = models.CharField(max_length=48, unique=True)
     status = models.CharField(max_length=10, choices=CouponStatus.choices, default=CouponStatus.ACTIVE)
     valid_from = models.DateTimeField()
-    expires_at = models.DateTimeField()
-    version = models.PositiveIntegerField(default=1)
+    expires_at = models.DateTimeField(help_text="Last second of validity (inclusive).")
+    # The order holding or having redeemed the coupon, the hold's end, and the discount it was given.
+    order_id = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001 (NULL = no order)
+    hold_until = models.DateTimeField(null=True, blank=True)
+    order_amount = models.DecimalField(max_digits=14, decimal_places=2, null=True, blank=True)
+    discount = models.DecimalField(max_digits=12, decimal_places=2, null=True, blank=True)
+    redeemed_at = models.DateTimeField(null=True, blank=True)
+    version = models.PositiveIntegerField(default=1, help_text="1 + the number of state changes.")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -37,20 +45,36 @@ class Coupon(models.Model):
         ]
         constraints = [
             models.CheckConstraint(condition=Q(valid_from__lte=models.F("expires_at")), name="coupon_valid_window"),
+            models.CheckConstraint(
+                condition=Q(status__in=["held", "redeemed"], order_id__isnull=False)
+                | (~Q(status__in=["held", "redeemed"]) & Q(order_id__isnull=True)),
+                name="coupon_order_only_when_held_or_redeemed",
+            ),
+            models.CheckConstraint(
+                condition=Q(status="held", hold_until__isnull=False) | (~Q(status="held") & Q(hold_until__isnull=True)),
+                name="coupon_hold_until_only_when_held",
+            ),
         ]
 
     def __str__(self) -> str:
         return self.code
 
+    def is_expired_at(self, now: datetime) -> bool:
+        """Return whether the coupon's validity is over at `now` (expires_at is inclusive to the second)."""
+        return now >= self.expires_at.replace(microsecond=0) + timedelta(seconds=1)
+
+    def hold_lapsed_at(self, now: datetime) -> bool:
+        return self.status == CouponStatus.HELD and self.hold_until is not None and now >= self.hold_until
 
 class CouponEventType(models.TextChoices):
     ISSUED = "issued", "Issued"
-    HELD = "held", "Held"
+    RESERVED = "reserved", "Reserved (held for an order)"
     REDEEMED = "redeemed", "Redeemed"
     RELEASED = "released", "Released"
     HOLD_LAPSED = "hold_lapsed", "Hold lapsed"
     EXPIRED = "expired", "Expired"
     REVOKED = "revoked", "Revoked"
+    RESTOCKED = "restocked", "Stock returned"
     EXTENDED = "extended", "Validity extended"
     COMPENSATED = "compensated", "Compensated"
 
@@ -71,3 +95,27 @@ class CouponEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.type} {self.coupon_id} ({self.source})"
+
+
+class IdempotencyRecord(models.Model):
+    """One Idempotency-Key of a shopper on one endpoint (IETF draft): the request's fingerprint and the
+    answer given, replayed for a repeat; 'in flight' while the first request runs."""
+
+    user_id = models.CharField(max_length=64)
+    endpoint = models.CharField(max_length=120, help_text="Method and concrete path, e.g. POST .../redeem")
+    key = models.CharField(max_length=255)
+    fingerprint = models.CharField(max_length=64)
+    in_flight = models.BooleanField(default=True)
+    response_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    # The answer's JSON text as sent (jsonb would reorder its keys: a replay must be the same bytes).
+    response_body = models.TextField(null=True, blank=True)  # noqa: DJ001 (NULL while in flight)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["user_id", "endpoint", "key"], name="idempotency_user_endpoint_key"),
+        ]
+        indexes = [models.Index(fields=["created_at"], name="idempotency_created")]
+
+    def __str__(self) -> str:
+        return f"{self.user_id} {self.endpoint} {self.key}"

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
-from drf_spectacular.utils import OpenApiExample, extend_schema
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
@@ -14,6 +14,7 @@ from campaigns.errors import ApplicationError, NotFound, Unavailable
 from campaigns.redis_state import StoreUnavailable
 from config.api import (
     BadRequest,
+    ShopperApi,
     ShopperTokenAuthentication,
     application_error_response,
     body_of,
@@ -23,12 +24,13 @@ from config.api import (
     parse_id,
     shopper_id,
 )
-from coupons.apis import CouponOutputSerializer
+from coupons.apis import CouponOutputSerializer, answer_response
+from coupons.idempotency import Answer, run_idempotent
 from coupons.selectors import coupon_for_claim
 
 from . import ledger
 from .models import Claim, ClaimStatus
-from .services import claim_create
+from .services import claim_cancel, claim_create
 
 REPLAYED = {"Idempotent-Replayed": "true"}
 
@@ -158,3 +160,31 @@ class ClaimDetailApi(APIView):
             "code": 0, "status": claim.status, "claim_id": claim.claim_id, "campaign_id": claim.campaign_id,
             "claimed_at": claim.claimed_at, "coupon": coupon,
         }).data)
+
+
+class ClaimCancelApi(ShopperApi):
+    """POST /api/v1/claims/{claim_id}/cancel: give an unused coupon back; the stock returns to the sale."""
+
+    @extend_schema(
+        tags=["claims"],
+        parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER, required=False)],
+        request=None,
+        responses={200: inline_serializer("CancelResult", {
+            "code": serializers.IntegerField(help_text="0 cancelled, 4 ended, 11 already_redeemed, 14 revoked, "
+                                                       "16 on_hold, 10 expired"),
+            "status": serializers.CharField(), "claim_id": serializers.CharField(required=False)}),
+            409: OpenApiResponse(description="Idempotency-Key in flight"),
+            422: OpenApiResponse(description="Idempotency-Key used with a different request")},
+        examples=[OpenApiExample("cancelled", response_only=True,
+                                 value={"code": 0, "status": "cancelled", "claim_id": "42-1764470000000-0"})],
+    )
+    def post(self, request: Request, claim_id: str) -> Response:
+        key = idempotency_key(request._request)
+        self.body()
+        if ledger.parse_claim_id(claim_id) is None:
+            raise BadRequest("Not a claim id.")
+        answer = run_idempotent(
+            user_id=self.user_id, endpoint=f"POST /api/v1/claims/{claim_id}/cancel", key=key, payload={},
+            execute=lambda: Answer(200, claim_cancel(user_id=self.user_id, claim_id=claim_id).body()),
+        )
+        return answer_response(answer)

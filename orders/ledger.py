@@ -118,34 +118,30 @@ class LedgerSnapshot:
     remaining: int | None
     entries: list[LedgerEntry]
     last_id: str  # the last id the stream ever issued ("0-0" if none)
-    users_claimed: dict[str, int]
+    cancelled: set[str]  # claim ids whose stock was given back
 
 
-def snapshot(campaign_id: int, *, with_users: bool = False) -> LedgerSnapshot:
-    """Read stock, backlog and the stream's last id in one MULTI, a consistent cut of the campaign."""
+def snapshot(campaign_id: int) -> LedgerSnapshot:
+    """Read stock, backlog, the stream's last id and the given-back claims in one MULTI: a consistent cut."""
     keys = campaign_keys(campaign_id)
     try:
         pipe = redis_client().pipeline(transaction=True)
         pipe.get(keys.stock)
         pipe.xrange(keys.ledger)
         pipe.xinfo_stream(keys.ledger)
-        if with_users:
-            pipe.hgetall(keys.users)
-        replies = pipe.execute(raise_on_error=False)
+        pipe.smembers(keys.cancelled)
+        stock, raw_entries, info, cancelled = pipe.execute(raise_on_error=False)
     except redis.RedisError as exc:
         raise StoreUnavailable(str(exc)) from exc
-    stock, raw_entries, info = replies[0], replies[1], replies[2]
-    if isinstance(stock, Exception) or isinstance(raw_entries, Exception):
-        raise StoreUnavailable(str(stock if isinstance(stock, Exception) else raw_entries))
+    for reply in (stock, raw_entries, cancelled):
+        if isinstance(reply, Exception):
+            raise StoreUnavailable(str(reply))
     last_id = "0-0" if isinstance(info, Exception) else _decode(info["last-generated-id"])
-    users: dict[str, int] = {}
-    if with_users and not isinstance(replies[3], Exception):
-        users = {_decode(k): int(v) for k, v in replies[3].items() if k not in (b"", "")}
     return LedgerSnapshot(
         remaining=None if stock is None else int(stock),
         entries=_entries(campaign_id, raw_entries),
         last_id=last_id,
-        users_claimed=users,
+        cancelled={_decode(m) for m in cancelled} - {""},
     )
 
 
@@ -163,14 +159,21 @@ def backlog_sizes(campaign_ids: list[int]) -> dict[int, int]:
     return dict(zip(campaign_ids, (int(s) for s in sizes), strict=True))
 
 
-def replace_user_counts(campaign_id: int, counts: dict[str, int], *, chunk: int = 1000) -> None:
-    """Replace the per-user claim counts (rebuild from PostgreSQL). Call while the stock key is missing."""
+def replace_claim_records(
+    campaign_id: int, counts: dict[str, int], cancelled: list[str], *, chunk: int = 1000
+) -> None:
+    """Replace the per-user claim counts and the given-back claims (rebuild from PostgreSQL).
+
+    Call while the stock key is missing, so that no claim or cancel runs meanwhile.
+    """
     keys = campaign_keys(campaign_id)
     try:
         client = redis_client()
-        client.delete(keys.users)
+        client.delete(keys.users, keys.cancelled)
         items = list(counts.items())
         for start in range(0, len(items), chunk):
             client.hset(keys.users, mapping=dict(items[start : start + chunk]))
+        for start in range(0, len(cancelled), chunk):
+            client.sadd(keys.cancelled, *cancelled[start : start + chunk])
     except redis.RedisError as exc:
         raise StoreUnavailable(str(exc)) from exc

@@ -21,6 +21,8 @@ from campaigns.redis_state import ClaimCode, StoreUnavailable
 from campaigns.services import campaign_preheat, keys_expire_at
 from coupons.codes import new_code
 from coupons.models import Coupon, CouponEvent, CouponEventType, CouponStatus
+from coupons.outcomes import UseCode, UseOutcome, done, refused
+from coupons.services import coupon_revoke
 
 from . import ledger
 from .models import Claim, ClaimStatus
@@ -322,7 +324,10 @@ def campaign_rebuild(*, campaign: Campaign) -> int:
         .values_list("ms", "seq")
         .first()
     )
-    ledger.replace_user_counts(campaign.pk, counts)
+    cancelled = list(
+        Claim.objects.filter(campaign=campaign, status=ClaimStatus.CANCELLED).values_list("claim_id", flat=True)
+    )
+    ledger.replace_claim_records(campaign.pk, counts, cancelled)
     remaining = campaign.total_stock - sum(counts.values())
     _, stock = redis_state.load_state(
         campaign_id=campaign.pk,
@@ -342,7 +347,10 @@ def campaign_rebuild(*, campaign: Campaign) -> int:
 
 @dataclass
 class Balance:
-    """DESIGN.md's accounting: total == remaining + claims (persisted and in the ledger) - restocked."""
+    """DESIGN.md's accounting: total == remaining + claims (persisted and in the ledger) - restocked.
+
+    `restocked` counts the claims Redis gave back (cancel.lua's set), read in the same cut as the stock.
+    """
 
     campaign_id: int
     total_stock: int
@@ -397,7 +405,7 @@ def campaign_verify(*, campaign: Campaign) -> Balance:
         remaining=snap.remaining,
         persisted_claims=persisted.count(),
         ledger_only_claims=len(ledger_ids) - already_persisted,
-        restocked=persisted.filter(status=ClaimStatus.CANCELLED).count(),
+        restocked=len(snap.cancelled),
         coupons=Coupon.objects.filter(campaign=campaign).count(),
         issued_claims=Claim.objects.filter(campaign=campaign).exclude(status=ClaimStatus.PENDING).count(),
         users_over_limit=sorted(u for u, n in by_user.items() if n > campaign.per_user_limit),
@@ -411,4 +419,82 @@ def campaign_verify(*, campaign: Campaign) -> Balance:
     ).count()
     if orphans:
         balance.problems.append(f"{orphans} issued claims have no coupon")
+    cancelled_in_db = set(persisted.filter(status=ClaimStatus.CANCELLED).values_list("claim_id", flat=True))
+    if cancelled_in_db != snap.cancelled:
+        balance.problems.append(
+            f"claims given back in Redis but not cancelled in PostgreSQL: {sorted(snap.cancelled - cancelled_in_db)}; "
+            f"cancelled in PostgreSQL without their stock back: {sorted(cancelled_in_db - snap.cancelled)}"
+        )
     return balance
+
+
+# --- cancel: give an unused coupon back --------------------------------------------------------------
+
+
+def _restock(claim: Claim) -> None:
+    """Return the claim's coupon to the stock (cancel.lua, once per claim id). Call inside atomic."""
+    try:
+        result = redis_state.run_restock(campaign_id=claim.campaign_id, claim_id=claim.claim_id, user_id=claim.user_id)
+    except StoreUnavailable as exc:
+        raise Unavailable() from exc
+    if result == redis_state.RestockResult.NO_STATE:
+        raise CampaignStateLost()
+
+
+def _insert_cancelled_claim(entry: ledger.LedgerEntry) -> bool:
+    """Persist a still-pending claim directly as cancelled; False if the drain persisted it first."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {Claim._meta.db_table} (claim_id, campaign_id, user_id, status, claimed_at, created_at, "
+            "updated_at) VALUES (%s, %s, %s, %s, %s, now(), now()) ON CONFLICT (claim_id) DO NOTHING",
+            [entry.claim_id, entry.campaign_id, entry.user_id, ClaimStatus.CANCELLED, entry.claimed_at],
+        )
+        return cursor.rowcount == 1
+
+
+def claim_cancel(*, user_id: str, claim_id: str) -> UseOutcome:
+    """Give a claim's unused coupon back: coupon revoked, stock and the shopper's count returned.
+
+    Idempotent by claim id. A claim still pending in the ledger is recorded as cancelled at once, so the
+    drain never issues its coupon. Raise NotFound (unknown, or another shopper's) or Unavailable.
+    """
+    parsed = ledger.parse_claim_id(claim_id)
+    if parsed is None:
+        raise NotFound("No such claim.")
+    campaign_id, entry_id = parsed
+    campaign = Campaign.objects.filter(pk=campaign_id).first()
+    if campaign is None:
+        raise NotFound("No such claim.")
+    over = timezone.now() >= campaign.ends_at
+    with transaction.atomic():
+        claim = Claim.objects.select_for_update().filter(claim_id=claim_id).first()
+        if claim is None:
+            try:
+                entry = ledger.pending_entry(campaign_id, entry_id)
+            except StoreUnavailable as exc:
+                raise Unavailable() from exc
+            if entry is None or entry.user_id != user_id:
+                raise NotFound("No such claim.")
+            if over:
+                return UseOutcome(int(ClaimCode.ENDED), "ended", "The campaign has ended; stock can't be returned.")
+            if _insert_cancelled_claim(entry):
+                claim = Claim.objects.select_for_update().get(claim_id=claim_id)
+                _restock(claim)
+                return done("cancelled", claim_id=claim_id)
+            claim = Claim.objects.select_for_update().get(claim_id=claim_id)
+        if claim.user_id != user_id:
+            raise NotFound("No such claim.")
+        if claim.status == ClaimStatus.CANCELLED:
+            _restock(claim)  # a no-op unless an earlier cancel lost its restock
+            return done("cancelled", claim_id=claim_id)
+        if over:
+            return UseOutcome(int(ClaimCode.ENDED), "ended", "The campaign has ended; stock can't be returned.")
+        coupon = Coupon.objects.select_related("campaign").get(claim_id=claim_id)
+        if coupon.status == CouponStatus.REVOKED:
+            return refused(UseCode.REVOKED)
+        outcome = coupon_revoke(coupon=coupon, source="cancel", reason="claim cancelled", restocked=True)
+        if outcome.code != 0:
+            return outcome
+        Claim.objects.filter(pk=claim.pk).update(status=ClaimStatus.CANCELLED, updated_at=timezone.now())
+        _restock(claim)
+    return done("cancelled", claim_id=claim_id)

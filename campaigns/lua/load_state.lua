@@ -6,6 +6,7 @@ KEYS[2] stock   string  coupons left
 KEYS[3] users   hash    user id -> coupons claimed (filled by the caller before a rebuild); it holds the
                         field "" (never a user id) so that it exists, and expires, before the first claim
 KEYS[4] ledger  stream  claims awaiting the drain
+KEYS[5] cancelled set   claim ids whose stock was given back (holds "" so that it exists and expires)
 ARGV[1] starts_ms   ARGV[2] ends_ms   ARGV[3] paused "0"/"1"   ARGV[4] per-user limit   ARGV[5] total stock
 ARGV[6] expire_at_ms: absolute expiry of every key (the campaign's end plus a grace period)
 ARGV[7] stock to set when the stock key is missing, or "" to leave a missing stock missing
@@ -18,6 +19,7 @@ redis.call('HSET', KEYS[1], 'starts_ms', ARGV[1], 'ends_ms', ARGV[2], 'paused', 
            'limit', ARGV[4], 'total', ARGV[5])
 
 redis.call('HSETNX', KEYS[3], '', '0')
+redis.call('SADD', KEYS[5], '')
 
 local created = 0
 if ARGV[7] ~= '' and redis.call('EXISTS', KEYS[2]) == 0 then
@@ -38,7 +40,7 @@ else
   end
 end
 
-for i = 1, 4 do
+for i = 1, 5 do
   if redis.call('EXISTS', KEYS[i]) == 1 then
     redis.call('PEXPIREAT', KEYS[i], ARGV[6])
   end

@@ -26,7 +26,7 @@ CAMPAIGN_FIELDS = {
 }
 COUPON_FIELDS = {
     "code", "campaign_id", "claim_id", "status", "valid_from", "expires_at",
-    "discount_type", "discount_value", "max_discount", "min_spend", "currency",
+    "discount_type", "discount_value", "max_discount", "min_spend", "currency", "order_id", "hold_until", "discount",
 }
 
 

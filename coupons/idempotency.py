@@ -1,0 +1,107 @@
+"""Idempotency-Key for the coupon and cancel endpoints, per the IETF draft, kept in PostgreSQL.
+
+The first request with a key claims it (a committed 'in flight' row, so a concurrent twin sees it and gets
+409), runs, and stores its answer in the same transaction as its effect. A repeat with the same request
+replays the answer; with a different request it is 422. Answers that failed before anything was decided
+(400, 401, 404, 503: exceptions) are not stored: the key is free again.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from campaigns.errors import ApplicationError
+
+from .models import IdempotencyRecord
+
+RETENTION = timedelta(hours=24)
+# A request that has been 'in flight' this long died with its process: its key may be taken over.
+STALE_IN_FLIGHT = timedelta(seconds=60)
+
+
+class IdempotencyInFlight(ApplicationError):
+    http_status = 409
+    code = 409
+    status = "idempotency_in_flight"
+    message = "A request with this Idempotency-Key is still being processed; retry shortly."
+
+
+class IdempotencyMismatch(ApplicationError):
+    http_status = 422
+    code = 422
+    status = "idempotency_mismatch"
+    message = "This Idempotency-Key was used with a different request."
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    body: dict[str, Any]
+    replayed: bool = False
+
+
+def fingerprint(payload: dict[str, Any]) -> str:
+    """Return the SHA-256 of the validated request, so that formatting differences do not matter."""
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _claim_key(user_id: str, endpoint: str, key: str, digest: str) -> bool:
+    """Insert the key as 'in flight' (committed at once); False when it already exists."""
+    now = timezone.now()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {IdempotencyRecord._meta.db_table} "
+            "(user_id, endpoint, key, fingerprint, in_flight, created_at) VALUES (%s, %s, %s, %s, true, %s) "
+            "ON CONFLICT (user_id, endpoint, key) DO NOTHING",
+            [user_id, endpoint, key, digest, now],
+        )
+        return cursor.rowcount == 1
+
+
+def _take_over(record: IdempotencyRecord, digest: str) -> bool:
+    """Take a key whose holder died or whose answer is past retention; False if someone else did first."""
+    return bool(
+        IdempotencyRecord.objects.filter(pk=record.pk, created_at=record.created_at).update(
+            fingerprint=digest, in_flight=True, response_status=None, response_body=None, created_at=timezone.now()
+        )
+    )
+
+
+def run_idempotent(
+    *, user_id: str, endpoint: str, key: str | None, payload: dict[str, Any], execute: Callable[[], Answer]
+) -> Answer:
+    """Run `execute` at most once per (user, endpoint, key); replay its stored answer for a repeat."""
+    if key is None:
+        return execute()
+    digest = fingerprint(payload)
+    if not _claim_key(user_id, endpoint, key, digest):
+        record = IdempotencyRecord.objects.get(user_id=user_id, endpoint=endpoint, key=key)
+        now = timezone.now()
+        expired = record.created_at < now - RETENTION
+        dead = record.in_flight and record.created_at < now - STALE_IN_FLIGHT
+        if not (expired or dead):
+            if record.fingerprint != digest:
+                raise IdempotencyMismatch()
+            if record.in_flight:
+                raise IdempotencyInFlight()
+            assert record.response_status is not None and record.response_body is not None
+            return Answer(record.response_status, json.loads(record.response_body), replayed=True)
+        if not _take_over(record, digest):
+            raise IdempotencyInFlight()
+    try:
+        with transaction.atomic():
+            answer = execute()
+            IdempotencyRecord.objects.filter(user_id=user_id, endpoint=endpoint, key=key).update(
+                in_flight=False, response_status=answer.status, response_body=json.dumps(answer.body)
+            )
+    except BaseException:
+        IdempotencyRecord.objects.filter(user_id=user_id, endpoint=endpoint, key=key, in_flight=True).delete()
+        raise
+    return answer

@@ -1,0 +1,69 @@
+"""Business outcomes of using a coupon (HTTP 200 with a code and status slug, CONTRACT.md)."""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+
+class UseCode(enum.IntEnum):
+    DONE = 0
+    EXPIRED = 10
+    ALREADY_REDEEMED = 11
+    MIN_SPEND_NOT_MET = 12
+    NOT_YET_VALID = 13
+    REVOKED = 14
+    NOT_ELIGIBLE = 15
+    ON_HOLD = 16
+    # Added by couponrush (README, OpenAPI): confirm of an order whose hold is no longer there.
+    HOLD_LAPSED = 17
+    NOT_HELD = 18
+
+
+REFUSALS = {
+    UseCode.EXPIRED: ("expired", "The coupon is past its validity."),
+    UseCode.ALREADY_REDEEMED: ("already_redeemed", "The coupon was used by another order."),
+    UseCode.MIN_SPEND_NOT_MET: ("min_spend_not_met", "The order amount is under the coupon's minimum spend."),
+    UseCode.NOT_YET_VALID: ("not_yet_valid", "The coupon's validity starts later."),
+    UseCode.REVOKED: ("revoked", "The coupon was cancelled or revoked."),
+    UseCode.NOT_ELIGIBLE: ("not_eligible", "The coupon is for new shoppers only."),
+    UseCode.ON_HOLD: ("on_hold", "The coupon is held for another order awaiting payment."),
+    UseCode.HOLD_LAPSED: ("hold_lapsed", "This order's hold lapsed before it was confirmed; reserve again."),
+    UseCode.NOT_HELD: ("not_held", "The coupon is not held for this order; reserve it first."),
+}
+
+
+@dataclass(frozen=True)
+class UseOutcome:
+    """What a reserve, confirm, redeem or release decided, ready to be sent as the 200 body."""
+
+    code: int
+    status: str
+    detail: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def body(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"code": self.code, "status": self.status}
+        if self.detail:
+            body["detail"] = self.detail
+        body.update(self.extra)
+        return body
+
+
+def refused(code: UseCode) -> UseOutcome:
+    status, detail = REFUSALS[code]
+    return UseOutcome(int(code), status, detail)
+
+
+def done(status: str, **extra: Any) -> UseOutcome:
+    return UseOutcome(0, status, extra={k: _json(v) for k, v in extra.items()})
+
+
+def _json(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return value

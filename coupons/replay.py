@@ -1,0 +1,87 @@
+"""The event log is the truth: fold a coupon's events into the state its row must show."""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.models import QuerySet
+
+from .models import Coupon, CouponEvent, CouponEventType, CouponStatus
+
+# Event type -> the status it leaves the coupon in (None: the status is unchanged, e.g. 'restocked').
+_STATUS_AFTER: dict[str, str | None] = {
+    CouponEventType.ISSUED: CouponStatus.ACTIVE,
+    CouponEventType.RESERVED: CouponStatus.HELD,
+    CouponEventType.REDEEMED: CouponStatus.REDEEMED,
+    CouponEventType.RELEASED: CouponStatus.ACTIVE,
+    CouponEventType.HOLD_LAPSED: CouponStatus.ACTIVE,
+    CouponEventType.EXPIRED: CouponStatus.EXPIRED,
+    CouponEventType.REVOKED: CouponStatus.REVOKED,
+    CouponEventType.RESTOCKED: None,
+    CouponEventType.EXTENDED: None,
+}
+
+
+@dataclass(frozen=True)
+class Folded:
+    status: str
+    order_id: str | None
+    version: int
+
+
+def fold(events: Iterable[CouponEvent]) -> Folded | None:
+    """Return the state the events lead to (oldest first), or None for a coupon without 'issued'."""
+    status: str | None = None
+    order_id: str | None = None
+    version = 0
+    for event in events:
+        if event.type == CouponEventType.COMPENSATED:
+            # A repair names the state the coupon was set to: it is the new starting point.
+            status = event.data.get("status", status)
+            order_id = event.data.get("order_id")
+            version = int(event.data.get("version", version))
+            continue
+        after = _STATUS_AFTER.get(event.type)
+        if after is None:
+            continue
+        if event.type == CouponEventType.ISSUED:
+            version = 1
+        else:
+            version += 1
+        status = after
+        order_id = event.data.get("order_id") if after in (CouponStatus.HELD, CouponStatus.REDEEMED) else None
+    if status is None:
+        return None
+    return Folded(status=status, order_id=order_id, version=version)
+
+
+@dataclass(frozen=True)
+class Disagreement:
+    coupon_id: int
+    code: str
+    row: dict[str, Any]
+    events: dict[str, Any] | None
+
+
+def disagreements(coupons: QuerySet[Coupon], *, chunk: int = 2000) -> Iterable[Disagreement]:
+    """Yield every coupon whose row disagrees with the fold of its events (keyset pages, bounded memory)."""
+    last_id = 0
+    while True:
+        page = list(coupons.filter(pk__gt=last_id).order_by("pk").values("pk", "code", "status", "order_id",
+                                                                            "version")[:chunk])
+        if not page:
+            return
+        last_id = page[-1]["pk"]
+        events: dict[int, list[CouponEvent]] = {}
+        for event in CouponEvent.objects.filter(coupon_id__in=[row["pk"] for row in page]).order_by(
+            "coupon_id", "created_at", "id"
+        ):
+            events.setdefault(event.coupon_id, []).append(event)
+        for row in page:
+            folded = fold(events.get(row["pk"], []))
+            actual = {"status": row["status"], "order_id": row["order_id"], "version": row["version"]}
+            expected = None if folded is None else {
+                "status": folded.status, "order_id": folded.order_id, "version": folded.version}
+            if actual != expected:
+                yield Disagreement(row["pk"], row["code"], actual, expected)

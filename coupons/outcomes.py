@@ -58,10 +58,11 @@ def refused(code: UseCode) -> UseOutcome:
 
 
 def done(status: str, **extra: Any) -> UseOutcome:
-    return UseOutcome(0, status, extra={k: _json(v) for k, v in extra.items()})
+    return UseOutcome(0, status, extra={k: jsonable(v) for k, v in extra.items()})
 
 
-def _json(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
+    """Return `value` as JSON can carry it: Decimal as its text, datetime as ISO 8601."""
     if isinstance(value, Decimal):
         return str(value)
     if isinstance(value, datetime):

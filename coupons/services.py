@@ -19,7 +19,7 @@ from campaigns.models import Audience
 
 from .codes import normalize_code
 from .models import Coupon, CouponEvent, CouponEventType, CouponStatus
-from .outcomes import UseCode, UseOutcome, done, refused
+from .outcomes import UseCode, UseOutcome, done, jsonable, refused
 
 MAX_ATTEMPTS = 5
 HOLD_SECONDS_DEFAULT = 900
@@ -73,16 +73,12 @@ def _transition(
     if not updated:
         return False
     CouponEvent.objects.create(coupon_id=coupon.pk, campaign_id=coupon.campaign_id, type=event, source=source,
-                               data={k: _plain(v) for k, v in data.items()})
+                               data={k: jsonable(v) for k, v in data.items()})
     coupon.status = to
     coupon.version += 1
     for name, value in fields.items():
         setattr(coupon, name, value)
     return True
-
-
-def _plain(value: Any) -> Any:
-    return str(value) if isinstance(value, Decimal) else value.isoformat() if isinstance(value, datetime) else value
 
 
 _NO_ORDER = {"order_id": None, "hold_until": None, "discount": None, "order_amount": None}

@@ -156,9 +156,9 @@ def coupon_redeem(*, user_id: str, code: str, order: Order, source: str = "api")
 
     def decide(coupon: Coupon, now: datetime) -> UseOutcome | None:
         if coupon.status == CouponStatus.REDEEMED:
-            if coupon.order_id == order.order_id:
-                return _redeemed(coupon)
-            return refused(UseCode.ALREADY_REDEEMED)
+            if coupon.order_id == order.order_id and coupon.order_amount == order.amount:
+                return _redeemed(coupon)  # the same redemption asked again
+            return refused(UseCode.ALREADY_REDEEMED)  # another order, or this order at another amount
         if coupon.status == CouponStatus.HELD and coupon.order_id != order.order_id:
             return refused(UseCode.ON_HOLD)
         refusal = _refusal_for_use(coupon, order, user_id, now)
@@ -190,9 +190,11 @@ def coupon_reserve(
 
     def decide(coupon: Coupon, now: datetime) -> UseOutcome | None:
         if coupon.status == CouponStatus.HELD:
-            if coupon.order_id == order.order_id:
-                return _reserved(coupon)
-            return refused(UseCode.ON_HOLD)
+            if coupon.order_id != order.order_id:
+                return refused(UseCode.ON_HOLD)
+            if coupon.order_amount == order.amount:
+                return _reserved(coupon)  # the same hold asked again
+            # This order's amount changed at checkout: hold again at the new price (checks run again).
         if coupon.status == CouponStatus.REDEEMED:
             return refused(UseCode.ALREADY_REDEEMED)
         refusal = _refusal_for_use(coupon, order, user_id, now)

@@ -466,6 +466,7 @@ def claim_cancel(*, user_id: str, claim_id: str) -> UseOutcome:
     if campaign is None:
         raise NotFound("No such claim.")
     over = timezone.now() >= campaign.ends_at
+    ended = UseOutcome(int(ClaimCode.ENDED), "ended", "The campaign has ended; stock can't be returned.")
     with transaction.atomic():
         claim = Claim.objects.select_for_update().filter(claim_id=claim_id).first()
         if claim is None:
@@ -473,22 +474,21 @@ def claim_cancel(*, user_id: str, claim_id: str) -> UseOutcome:
                 entry = ledger.pending_entry(campaign_id, entry_id)
             except StoreUnavailable as exc:
                 raise Unavailable() from exc
-            if entry is None or entry.user_id != user_id:
-                raise NotFound("No such claim.")
-            if over:
-                return UseOutcome(int(ClaimCode.ENDED), "ended", "The campaign has ended; stock can't be returned.")
-            if _insert_cancelled_claim(entry):
-                claim = Claim.objects.select_for_update().get(claim_id=claim_id)
-                _restock(claim)
-                return done("cancelled", claim_id=claim_id)
-            claim = Claim.objects.select_for_update().get(claim_id=claim_id)
-        if claim.user_id != user_id:
+            if entry is not None and entry.user_id == user_id:
+                if over:
+                    return ended
+                if _insert_cancelled_claim(entry):  # still pending: the drain will never issue it
+                    _restock(Claim.objects.get(claim_id=claim_id))
+                    return done("cancelled", claim_id=claim_id)
+            # Persisted meanwhile by the drain (it commits before it deletes the entry), or unknown.
+            claim = Claim.objects.select_for_update().filter(claim_id=claim_id).first()
+        if claim is None or claim.user_id != user_id:
             raise NotFound("No such claim.")
         if claim.status == ClaimStatus.CANCELLED:
             _restock(claim)  # a no-op unless an earlier cancel lost its restock
             return done("cancelled", claim_id=claim_id)
         if over:
-            return UseOutcome(int(ClaimCode.ENDED), "ended", "The campaign has ended; stock can't be returned.")
+            return ended
         coupon = Coupon.objects.select_related("campaign").get(claim_id=claim_id)
         if coupon.status == CouponStatus.REVOKED:
             return refused(UseCode.REVOKED)

@@ -53,7 +53,7 @@ def fold(events: Iterable[CouponEvent]) -> Folded | None:
         order_id = event.data.get("order_id") if after in (CouponStatus.HELD, CouponStatus.REDEEMED) else None
     if status is None:
         return None
-    return Folded(status=status, order_id=order_id, version=version)
+    return Folded(status=str(status), order_id=order_id, version=version)
 
 
 @dataclass(frozen=True)

@@ -168,3 +168,30 @@ class Campaign(models.Model):
             discount_type=self.discount_type, value=self.discount_value, cap=self.max_discount,
             order_amount=order_amount, currency=self.currency,
         )
+
+
+class CampaignEventType(models.TextChoices):
+    PUBLISHED = "published", "Published"
+    PAUSED = "paused", "Paused"
+    RESUMED = "resumed", "Resumed"
+    END_EXTENDED = "end_extended", "End extended"
+    VALIDITY_EXTENDED = "validity_extended", "Coupon validity extended"
+    REBUILT = "rebuilt", "Redis state rebuilt"
+    CLOSED = "closed", "Closed (final figures)"
+
+
+class CampaignEvent(models.Model):
+    """An operator's or the system's action on a campaign (audit log). Append-only, like CouponEvent."""
+
+    campaign = models.ForeignKey(Campaign, on_delete=models.PROTECT, related_name="events")
+    type = models.CharField(max_length=20, choices=CampaignEventType.choices)
+    data = models.JSONField(default=dict, blank=True)
+    actor = models.CharField(max_length=150, help_text="The operator's username, or the job that acted.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["campaign", "created_at"], name="campaign_event_time")]
+
+    def __str__(self) -> str:
+        return f"{self.type} #{self.campaign_id} by {self.actor}"

@@ -22,7 +22,7 @@ class CouponEventInline(ReadOnlyAdminMixin, admin.TabularInline):
     model = CouponEvent
     fields = ["created_at", "type", "source", "data"]
     readonly_fields = ["created_at", "type", "source", "data"]
-    ordering = ["-created_at", "-id"]
+    ordering = ["-id"]
     extra = 0
 
 

@@ -41,7 +41,9 @@ class Coupon(models.Model):
         indexes = [
             models.Index(fields=["user_id", "status"], name="coupon_user_status"),
             models.Index(fields=["campaign", "status"], name="coupon_campaign_status"),
-            models.Index(fields=["expires_at"], condition=Q(status="active"), name="coupon_active_expiry"),
+            # Keyset order of the expiry sweep and of lapsing holds (coupons.compensation).
+            models.Index(fields=["expires_at", "id"], condition=Q(status="active"), name="coupon_active_expiry"),
+            models.Index(fields=["hold_until", "id"], condition=Q(status="held"), name="coupon_held_until"),
         ]
         constraints = [
             models.CheckConstraint(condition=Q(valid_from__lte=models.F("expires_at")), name="coupon_valid_window"),
@@ -90,7 +92,7 @@ class CouponEvent(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        ordering = ["-created_at", "-id"]
+        ordering = ["-id"]  # the order things happened (written under the coupon's row lock)
         indexes = [models.Index(fields=["coupon", "created_at"], name="event_coupon_time")]
 
     def __str__(self) -> str:
@@ -119,3 +121,13 @@ class IdempotencyRecord(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user_id} {self.endpoint} {self.key}"
+
+
+class SweepCursor(models.Model):
+    """Where a walk over all coupons (the drift check) stopped, so the next run goes on from there."""
+
+    name = models.CharField(max_length=40, primary_key=True)
+    position = models.BigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.name} at {self.position}"

@@ -212,7 +212,7 @@ WITH batch AS (
     RETURNING id, claim_id, user_id
 )
 INSERT INTO {CouponEvent._meta.db_table} (coupon_id, campaign_id, type, data, source, created_at)
-SELECT id, %s, %s, jsonb_build_object('claim_id', claim_id, 'user_id', user_id), 'drain', now()
+SELECT id, %s, %s, jsonb_build_object('claim_id', claim_id, 'user_id', user_id), 'drain', clock_timestamp()
 FROM new_coupons
 """
 

@@ -182,6 +182,11 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": 2.0,
         "options": {"expires": 10},
     },
+    "expiry-sweep": {
+        "task": "coupons.tasks.expiry_sweep",
+        "schedule": 60.0,
+        "options": {"expires": 120},
+    },
     "preheat-due-campaigns": {
         "task": "orders.tasks.preheat_due_campaigns",
         "schedule": 30.0,

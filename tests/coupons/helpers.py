@@ -27,7 +27,7 @@ def issued_coupon(live_campaign: Callable[..., Campaign], user: str = "alice", *
 
 def events_of(coupon: Coupon) -> list[tuple[str, str]]:
     """(type, source) of the coupon's events, oldest first."""
-    events = CouponEvent.objects.filter(coupon_id=coupon.pk).order_by("created_at", "id")
+    events = CouponEvent.objects.filter(coupon_id=coupon.pk).order_by("id")
     return list(events.values_list("type", "source"))
 
 

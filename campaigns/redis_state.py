@@ -109,6 +109,8 @@ class _Scripts:
         self.claim = client.register_script((LUA_DIR / "claim.lua").read_text())
         self.load_state = client.register_script((LUA_DIR / "load_state.lua").read_text())
         self.cancel = client.register_script((LUA_DIR / "cancel.lua").read_text())
+        self.compare_and_set = client.register_script((LUA_DIR / "compare_and_set.lua").read_text())
+        self.extend = client.register_script((LUA_DIR / "extend.lua").read_text())
 
 
 _scripts: _Scripts | None = None
@@ -210,6 +212,17 @@ def run_restock(*, campaign_id: int, claim_id: str, user_id: str) -> RestockResu
     return RestockResult(int(result))
 
 
+def compare_and_set(*, key: str, field: str | None, expected: int | None, new: int) -> bool:
+    """Set a stock (field None) or a per-user count to `new` if it still holds `expected` (None: missing)."""
+    try:
+        done = scripts().compare_and_set(
+            keys=[key], args=[field or "", "" if expected is None else expected, new]
+        )
+    except redis.RedisError as exc:
+        raise StoreUnavailable(str(exc)) from exc
+    return bool(int(done))
+
+
 def set_paused(*, campaign_id: int, paused: bool) -> bool:
     """Set the paused flag of a loaded campaign; return False when Redis holds no state for it."""
     keys = campaign_keys(campaign_id)
@@ -234,3 +247,21 @@ def remaining_many(campaign_ids: list[int]) -> dict[int, int | None]:
     except redis.RedisError as exc:
         raise StoreUnavailable(str(exc)) from exc
     return {cid: (int(v) if v is not None else None) for cid, v in zip(campaign_ids, values, strict=True)}
+
+
+def run_extend(
+    *, campaign_id: int, old_ends_at: datetime, new_ends_at: datetime, expire_at: datetime
+) -> tuple[int, int]:
+    """Move a loaded campaign's end and every state key's expiry (extend.lua). Raise StoreUnavailable.
+
+    Return (code, ends_ms) as extend.lua documents them: 1 extended, 0 already, -1 no state, -2 conflict
+    (Redis holds another end, ends_ms), -3 the new end is not later than the old; only 1 and 0 change Redis.
+    """
+    keys = campaign_keys(campaign_id)
+    try:
+        code, ends_ms = scripts().extend(
+            keys=keys.state, args=[to_ms(old_ends_at), to_ms(new_ends_at), to_ms(expire_at)]
+        )
+    except redis.RedisError as exc:
+        raise StoreUnavailable(str(exc)) from exc
+    return int(code), int(ends_ms)

@@ -90,6 +90,13 @@ def campaign_preheat(*, campaign: Campaign) -> PreheatResult:
     A campaign that was loaded before and whose stock is gone from Redis is never given its stock again
     here: that raises CampaignStateLost and needs the rebuild from PostgreSQL (orders.services).
     """
+    with transaction.atomic():
+        # Read under the row's lock: a preheat never writes back an end an extension just moved.
+        campaign = Campaign.objects.select_for_update().get(pk=campaign.pk)
+        return _preheat(campaign)
+
+
+def _preheat(campaign: Campaign) -> PreheatResult:
     first_load = campaign.preheated_at is None
     if keys_expire_at(campaign) <= timezone.now():
         raise CampaignOver()

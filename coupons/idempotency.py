@@ -105,3 +105,20 @@ def run_idempotent(
         IdempotencyRecord.objects.filter(user_id=user_id, endpoint=endpoint, key=key, in_flight=True).delete()
         raise
     return answer
+
+
+def purge_expired(*, batch_size: int = 5000, max_batches: int = 200) -> int:
+    """Delete records past the 24 h retention, a batch per statement; return how many went."""
+    cutoff = timezone.now() - RETENTION
+    deleted = 0
+    for _ in range(max_batches):
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"DELETE FROM {IdempotencyRecord._meta.db_table} WHERE id IN (SELECT id FROM "
+                f"{IdempotencyRecord._meta.db_table} WHERE created_at < %s ORDER BY created_at LIMIT %s)",
+                [cutoff, batch_size],
+            )
+            deleted += cursor.rowcount
+            if cursor.rowcount < batch_size:
+                break
+    return deleted

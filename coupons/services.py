@@ -64,10 +64,15 @@ def coupon_owned_by(*, code: str, user_id: str) -> Coupon:
 
 
 def _transition(
-    coupon: Coupon, *, to: str, event: str, source: str, data: dict[str, Any], **fields: Any
+    coupon: Coupon, *, to: str, event: str, source: str, data: dict[str, Any], guard: dict[str, Any] | None = None,
+    **fields: Any,
 ) -> bool:
-    """Move the coupon to `to` if nobody changed it since it was read; write the event. Call in atomic."""
-    updated = Coupon.objects.filter(pk=coupon.pk, status=coupon.status, version=coupon.version).update(
+    """Move the coupon to `to` if nobody changed it since it was read; write the event. Call in atomic.
+
+    `guard` adds conditions on fields a change depends on that are not state changes (expires_at).
+    """
+    unchanged = Coupon.objects.filter(pk=coupon.pk, status=coupon.status, version=coupon.version, **(guard or {}))
+    updated = unchanged.update(
         status=to, version=F("version") + 1, updated_at=timezone.now(), **fields
     )
     if not updated:
@@ -95,8 +100,9 @@ def coupon_settle(*, coupon: Coupon, now: datetime, source: str = "lazy") -> boo
                            data=lapsed, **_NO_ORDER):
             return False
     if coupon.status == CouponStatus.ACTIVE and coupon.is_expired_at(now):
+        # Guarded by expires_at: a validity extension committed since the read keeps the coupon alive.
         if not _transition(coupon, to=CouponStatus.EXPIRED, event=CouponEventType.EXPIRED, source=source,
-                           data={"expires_at": coupon.expires_at}):
+                           data={"expires_at": coupon.expires_at}, guard={"expires_at": coupon.expires_at}):
             return False
     return True
 

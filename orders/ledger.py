@@ -1,7 +1,9 @@
-"""The campaign's claim ledger in Redis, seen from the drain: read, reclaim, acknowledge, snapshot.
+"""The campaign's claim ledger in Redis, seen from the drain: read, reclaim, acknowledge, snapshot, trim.
 
 A ledger entry is a stream entry {u: user id}; its id "<ms>-<seq>" is the claim's time and, prefixed with
-the campaign id, the claim id. Entries are deleted once acknowledged, so the stream holds only the backlog.
+the campaign id, the claim id. The drain acknowledges entries once they are in PostgreSQL; they stay in the
+stream for COUPONS_LEDGER_RETENTION_SECONDS more (so reconciliation can see a persisted claim PostgreSQL
+lost since), then the housekeeping trims them (never an entry not yet delivered or still pending).
 """
 from __future__ import annotations
 
@@ -89,15 +91,46 @@ def reclaim_stale(campaign_id: int, *, consumer: str, min_idle_ms: int, count: i
 
 
 def acknowledge(campaign_id: int, entry_ids: list[str]) -> None:
-    """Acknowledge and delete persisted entries, atomically (MULTI), so the stream keeps only the backlog."""
+    """Acknowledge entries persisted in PostgreSQL (they leave the group's pending list)."""
     if not entry_ids:
         return
+    try:
+        redis_client().xack(campaign_keys(campaign_id).ledger, DRAIN_GROUP, *entry_ids)
+    except redis.RedisError as exc:
+        raise StoreUnavailable(str(exc)) from exc
+
+
+def _id_tuple(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def trim(campaign_id: int, *, retention_ms: int, now_ms: int) -> int:
+    """Delete acknowledged entries older than the retention; return how many went.
+
+    The cut is the oldest of: now - retention, the first entry still pending, the first entry not yet
+    delivered to the drain. Entries delivered later have larger ids, so they are never below the cut.
+    """
     keys = campaign_keys(campaign_id)
     try:
-        pipe = redis_client().pipeline(transaction=True)
-        pipe.xack(keys.ledger, DRAIN_GROUP, *entry_ids)
-        pipe.xdel(keys.ledger, *entry_ids)
-        pipe.execute()
+        client = redis_client()
+        groups: Any = client.xinfo_groups(keys.ledger)
+        group = next((g for g in groups if _decode(g["name"]) == DRAIN_GROUP), None)
+        if group is None:
+            return 0
+        cut = (now_ms - retention_ms, 0)
+        delivered_ms, delivered_seq = _id_tuple(_decode(group["last-delivered-id"]))
+        cut = min(cut, (delivered_ms, delivered_seq + 1))
+        pending: Any = client.xpending(keys.ledger, DRAIN_GROUP)
+        if pending["pending"]:
+            cut = min(cut, _id_tuple(_decode(pending["min"])))
+        if cut <= (0, 0):
+            return 0
+        return int(client.xtrim(keys.ledger, minid=f"{cut[0]}-{cut[1]}", approximate=False))
+    except redis.ResponseError as exc:
+        if "no such key" in str(exc).lower():
+            return 0
+        raise StoreUnavailable(str(exc)) from exc
     except redis.RedisError as exc:
         raise StoreUnavailable(str(exc)) from exc
 
@@ -119,44 +152,64 @@ class LedgerSnapshot:
     entries: list[LedgerEntry]
     last_id: str  # the last id the stream ever issued ("0-0" if none)
     cancelled: set[str]  # claim ids whose stock was given back
+    users: dict[str, int]  # per-user claim counts ("" is the key's placeholder)
 
 
-def snapshot(campaign_id: int) -> LedgerSnapshot:
-    """Read stock, backlog, the stream's last id and the given-back claims in one MULTI: a consistent cut."""
+def snapshot(campaign_id: int, *, chunk: int = 5000) -> LedgerSnapshot:
+    """A consistent cut of the campaign in Redis: stock, per-user counts, given-back claims and the stream's
+    last id in one MULTI; then the entries up to that id, read in chunks so Redis never stalls on a big
+    stream (entries below the cut never appear later; trimmed ones are acknowledged, so in PostgreSQL)."""
     keys = campaign_keys(campaign_id)
     try:
         pipe = redis_client().pipeline(transaction=True)
         pipe.get(keys.stock)
-        pipe.xrange(keys.ledger)
         pipe.xinfo_stream(keys.ledger)
         pipe.smembers(keys.cancelled)
-        stock, raw_entries, info, cancelled = pipe.execute(raise_on_error=False)
+        pipe.hgetall(keys.users)
+        stock, info, cancelled, users = pipe.execute(raise_on_error=False)
+        for reply in (stock, cancelled, users):
+            if isinstance(reply, Exception):
+                raise StoreUnavailable(str(reply))
+        last_id = "0-0" if isinstance(info, Exception) else _decode(info["last-generated-id"])
+        entries: list[LedgerEntry] = []
+        start = "-"
+        while last_id != "0-0":
+            raw: Any = redis_client().xrange(keys.ledger, start, last_id, count=chunk)
+            entries.extend(_entries(campaign_id, raw))
+            if len(raw) < chunk:
+                break
+            start = "(" + _decode(raw[-1][0])
     except redis.RedisError as exc:
         raise StoreUnavailable(str(exc)) from exc
-    for reply in (stock, raw_entries, cancelled):
-        if isinstance(reply, Exception):
-            raise StoreUnavailable(str(reply))
-    last_id = "0-0" if isinstance(info, Exception) else _decode(info["last-generated-id"])
     return LedgerSnapshot(
         remaining=None if stock is None else int(stock),
-        entries=_entries(campaign_id, raw_entries),
+        entries=entries,
         last_id=last_id,
         cancelled={_decode(m) for m in cancelled} - {""},
+        users={_decode(k): int(v) for k, v in users.items()} if users else {},
     )
 
 
 def backlog_sizes(campaign_ids: list[int]) -> dict[int, int]:
-    """Return how many entries wait in each campaign's ledger (undrained or unacknowledged), pipelined."""
+    """Return how many entries of each campaign's ledger are not yet acknowledged (never read by the drain,
+    or read and not acknowledged), in one pipelined round trip."""
     if not campaign_ids:
         return {}
     try:
         pipe = redis_client().pipeline(transaction=False)
         for campaign_id in campaign_ids:
-            pipe.xlen(campaign_keys(campaign_id).ledger)
-        sizes = pipe.execute()
+            pipe.xinfo_groups(campaign_keys(campaign_id).ledger)
+        replies = pipe.execute(raise_on_error=False)
     except redis.RedisError as exc:
         raise StoreUnavailable(str(exc)) from exc
-    return dict(zip(campaign_ids, (int(s) for s in sizes), strict=True))
+    sizes: dict[int, int] = {}
+    for campaign_id, groups in zip(campaign_ids, replies, strict=True):
+        group = None if isinstance(groups, Exception) else next(
+            (g for g in groups if _decode(g["name"]) == DRAIN_GROUP), None)
+        if group is not None:
+            lag = group.get("lag")
+            sizes[campaign_id] = int(group["pending"]) + (int(lag) if lag is not None else 1)
+    return sizes
 
 
 def replace_claim_records(

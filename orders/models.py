@@ -33,3 +33,27 @@ class Claim(models.Model):
 
     def __str__(self) -> str:
         return self.claim_id
+
+
+class Reconciliation(models.Model):
+    """One comparison of a campaign's Redis state with PostgreSQL (DESIGN.md's balance), and what was repaired."""
+
+    campaign = models.ForeignKey(Campaign, on_delete=models.PROTECT, related_name="reconciliations")
+    created_at = models.DateTimeField(auto_now_add=True)
+    source = models.CharField(max_length=20, help_text="beat, command or admin")
+    total_stock = models.PositiveIntegerField()
+    remaining = models.IntegerField(null=True, blank=True, help_text="Redis stock; empty when Redis had none")
+    claims = models.PositiveIntegerField(help_text="Claims persisted or still only in the ledger")
+    restocked = models.PositiveIntegerField()
+    drift = models.IntegerField(null=True, blank=True, help_text="total - (remaining + claims - restocked)")
+    users_drift = models.PositiveIntegerField(default=0, help_text="Shoppers whose Redis count was wrong")
+    problems = models.JSONField(default=list, blank=True)
+    repairs = models.JSONField(default=list, blank=True)
+    balanced = models.BooleanField(help_text="After the repairs")
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["campaign", "-created_at"], name="reconciliation_latest")]
+
+    def __str__(self) -> str:
+        return f"#{self.campaign_id} {'balanced' if self.balanced else 'DRIFT'} at {self.created_at:%Y-%m-%d %H:%M}"

@@ -1,11 +1,13 @@
 """Claims: the claim itself, the ledger drain into PostgreSQL, rebuild of a lost Redis state, verify."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -16,7 +18,7 @@ from django.utils import timezone
 
 from campaigns import redis_state
 from campaigns.errors import CampaignStateLost, NotFound, Unavailable
-from campaigns.models import Campaign
+from campaigns.models import Campaign, CampaignEvent, CampaignEventType
 from campaigns.redis_state import ClaimCode, StoreUnavailable
 from campaigns.services import campaign_preheat, keys_expire_at
 from coupons.codes import new_code
@@ -303,13 +305,41 @@ def campaigns_to_drain() -> list[int]:
 
 # --- rebuild, verify --------------------------------------------------------------------------------
 
+_LOCK_CLASS = 7301  # PostgreSQL advisory lock namespace: one rebuild or repair of a campaign at a time
+
+
+@contextlib.contextmanager
+def campaign_repair_lock(campaign_id: int) -> Iterator[bool]:
+    """Hold the campaign's repair lock (a session advisory lock, re-entrant) if free; yield whether taken."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [_LOCK_CLASS, campaign_id])
+        taken = bool(cursor.fetchone()[0])
+    try:
+        yield taken
+    finally:
+        if taken:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [_LOCK_CLASS, campaign_id])
+
+
+class RepairBusy(Unavailable):
+    message = "Another rebuild or repair of this campaign is running; retry shortly."
+
 
 def campaign_rebuild(*, campaign: Campaign) -> int:
     """Rebuild a campaign's lost Redis state from PostgreSQL and return the stock it now has.
 
     Drains whatever the ledger still holds first (taking over every unacknowledged entry), so that no
     claim Redis accepted is forgotten, then loads per-user counts, the stream's last id and the stock.
+    One at a time per campaign (RepairBusy otherwise).
     """
+    with campaign_repair_lock(campaign.pk) as taken:
+        if not taken:
+            raise RepairBusy()
+        return _rebuild(campaign)
+
+
+def _rebuild(campaign: Campaign) -> int:
     try:
         return campaign_preheat(campaign=campaign).remaining
     except CampaignStateLost:
@@ -341,6 +371,8 @@ def campaign_rebuild(*, campaign: Campaign) -> int:
         last_ledger_id=f"{last[0]}-{last[1]}" if last else "0-0",
     )
     Campaign.objects.filter(pk=campaign.pk, preheated_at__isnull=True).update(preheated_at=timezone.now())
+    figures = {"remaining": stock, "claims": sum(counts.values()), "given_back": len(cancelled)}
+    CampaignEvent.objects.create(campaign=campaign, type=CampaignEventType.REBUILT, actor="rebuild", data=figures)
     log.warning("rebuilt campaign %s in Redis from PostgreSQL: %s left", campaign.pk, stock)
     return stock if stock is not None else 0
 
@@ -350,6 +382,7 @@ class Balance:
     """DESIGN.md's accounting: total == remaining + claims (persisted and in the ledger) - restocked.
 
     `restocked` counts the claims Redis gave back (cancel.lua's set), read in the same cut as the stock.
+    Per-user counts in Redis are checked against the claims too (claims given back excluded).
     """
 
     campaign_id: int
@@ -362,6 +395,10 @@ class Balance:
     issued_claims: int
     users_over_limit: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    # What reconciliation may repair: ledger entries PostgreSQL lacks, per-user counts Redis has wrong.
+    missing_entries: list[ledger.LedgerEntry] = field(default_factory=list, repr=False)
+    users_drift: dict[str, tuple[int, int]] = field(default_factory=dict)  # user -> (in Redis, expected)
+    given_back: set[str] = field(default_factory=set, repr=False)  # claim ids Redis restocked
 
     @property
     def claims(self) -> int:
@@ -374,8 +411,13 @@ class Balance:
         return self.remaining + self.claims - self.restocked
 
     @property
+    def drift(self) -> int | None:
+        return None if self.right_side is None else self.total_stock - self.right_side
+
+    @property
     def balanced(self) -> bool:
-        return self.right_side == self.total_stock and not self.users_over_limit and not self.problems
+        return (self.right_side == self.total_stock and not self.users_over_limit and not self.users_drift
+                and not self.problems)
 
 
 def campaign_verify(*, campaign: Campaign) -> Balance:
@@ -390,30 +432,42 @@ def campaign_verify(*, campaign: Campaign) -> Balance:
         params=[ms, seq],
     )
     ledger_ids = [e.claim_id for e in snap.entries]
-    already_persisted = Claim.objects.filter(claim_id__in=ledger_ids).count() if ledger_ids else 0
-    by_user: dict[str, int] = dict(
-        persisted.exclude(status=ClaimStatus.CANCELLED).values_list("user_id").annotate(n=Count("id"))
-        .values_list("user_id", "n")
-    )
     persisted_ids = set(Claim.objects.filter(claim_id__in=ledger_ids).values_list("claim_id", flat=True))
-    for entry in snap.entries:
-        if entry.claim_id not in persisted_ids:
-            by_user[entry.user_id] = by_user.get(entry.user_id, 0) + 1
+    missing = [e for e in snap.entries if e.claim_id not in persisted_ids]
+    # Per user: every claim up to the cut (PostgreSQL, plus the ledger's own), less those given back.
+    per_user = persisted.values_list("user_id").annotate(n=Count("id")).values_list("user_id", "n")
+    expected: dict[str, int] = dict(per_user)
+    for entry in missing:
+        expected[entry.user_id] = expected.get(entry.user_id, 0) + 1
+    owners = dict(Claim.objects.filter(claim_id__in=snap.cancelled).values_list("claim_id", "user_id"))
+    owners.update({e.claim_id: e.user_id for e in missing if e.claim_id in snap.cancelled})
+    for claim_id in snap.cancelled:
+        if claim_id in owners:
+            expected[owners[claim_id]] -= 1
     balance = Balance(
         campaign_id=campaign.pk,
         total_stock=campaign.total_stock,
         remaining=snap.remaining,
         persisted_claims=persisted.count(),
-        ledger_only_claims=len(ledger_ids) - already_persisted,
+        ledger_only_claims=len(missing),
         restocked=len(snap.cancelled),
         coupons=Coupon.objects.filter(campaign=campaign).count(),
         issued_claims=Claim.objects.filter(campaign=campaign).exclude(status=ClaimStatus.PENDING).count(),
-        users_over_limit=sorted(u for u, n in by_user.items() if n > campaign.per_user_limit),
+        users_over_limit=sorted(u for u, n in expected.items() if n > campaign.per_user_limit),
+        missing_entries=missing,
+        given_back=snap.cancelled,
     )
     if snap.remaining is None:
         balance.problems.append("Redis holds no stock for this campaign (never loaded, expired or lost)")
-    elif snap.remaining < 0:
+        return balance
+    if snap.remaining < 0:
         balance.problems.append(f"Redis stock is negative ({snap.remaining})")
+    redis_users = {u: n for u, n in snap.users.items() if u}
+    balance.users_drift = {
+        u: (redis_users.get(u, 0), expected.get(u, 0))
+        for u in set(redis_users) | set(expected)
+        if redis_users.get(u, 0) != expected.get(u, 0)
+    }
     orphans = Claim.objects.filter(campaign=campaign, status=ClaimStatus.ISSUED).exclude(
         claim_id__in=Coupon.objects.filter(campaign=campaign).values("claim_id")
     ).count()
@@ -498,3 +552,32 @@ def claim_cancel(*, user_id: str, claim_id: str) -> UseOutcome:
         Claim.objects.filter(pk=claim.pk).update(status=ClaimStatus.CANCELLED, updated_at=timezone.now())
         _restock(claim)
     return done("cancelled", claim_id=claim_id)
+
+
+# --- the end of a campaign ---------------------------------------------------------------------------
+
+
+def campaign_close(*, campaign: Campaign) -> CampaignEvent | None:
+    """Record an ended campaign's final figures once (a CLOSED event); None if not ready or done before.
+
+    Ready when the campaign ended and its ledger is fully in PostgreSQL. Its Redis keys expire by
+    themselves at the end plus the grace period (PEXPIREAT).
+    """
+    if timezone.now() < campaign.ends_at:
+        return None
+    with transaction.atomic():
+        locked = Campaign.objects.select_for_update().get(pk=campaign.pk)
+        if CampaignEvent.objects.filter(campaign=locked, type=CampaignEventType.CLOSED).exists():
+            return None
+        try:
+            if ledger.backlog_sizes([campaign.pk]).get(campaign.pk, 0):
+                return None
+            balance = campaign_verify(campaign=locked)
+        except StoreUnavailable:
+            return None
+        coupons = dict(Coupon.objects.filter(campaign=locked).values_list("status").annotate(n=Count("id"))
+                       .values_list("status", "n"))
+        figures = {"total_stock": locked.total_stock, "remaining": balance.remaining, "claims": balance.claims,
+                   "given_back": balance.restocked, "balanced": balance.balanced, "coupons": coupons}
+        return CampaignEvent.objects.create(campaign=locked, type=CampaignEventType.CLOSED, actor="housekeeping",
+                                            data=figures)

@@ -5,10 +5,11 @@ import logging
 from datetime import timedelta
 
 from celery import shared_task
+from django.conf import settings
 from django.utils import timezone
 
 from campaigns.errors import Unavailable
-from campaigns.models import Campaign
+from campaigns.models import Campaign, CampaignEventType
 from campaigns.redis_state import StoreUnavailable, campaign_keys, redis_client
 from campaigns.services import campaign_preheat
 
@@ -74,3 +75,45 @@ def preheat_due_campaigns() -> dict:
         except Unavailable:
             log.warning("preheat of campaign %s failed: Redis unavailable", campaign.pk)
     return {"preheated": loaded}
+
+
+@shared_task(name="orders.tasks.reconcile_campaigns", ignore_result=True)
+def reconcile_campaigns() -> dict:
+    """Every few minutes: compare every live or recently ended campaign, repair the safe drift, record it."""
+    from .reconciliation import campaign_reconcile, campaigns_to_reconcile
+
+    results = {}
+    for campaign in campaigns_to_reconcile():
+        try:
+            record = campaign_reconcile(campaign=campaign, repair=True, source="beat")
+        except (StoreUnavailable, Unavailable):
+            log.warning("reconciliation of campaign %s: Redis unavailable", campaign.pk)
+            continue
+        if record is not None:
+            results[campaign.pk] = {"balanced": record.balanced, "repairs": len(record.repairs)}
+    return results
+
+
+@shared_task(name="orders.tasks.housekeeping", ignore_result=True)
+def housekeeping() -> dict:
+    """Every minute: trim persisted ledger entries past retention, purge idempotency records past 24 h,
+    record the final figures of campaigns that ended."""
+    from coupons.idempotency import purge_expired
+
+    now_ms = int(timezone.now().timestamp() * 1000)
+    retention_ms = settings.COUPONS_LEDGER_RETENTION_SECONDS * 1000
+    trimmed = 0
+    for campaign_id in services.campaigns_to_drain():
+        try:
+            trimmed += ledger.trim(campaign_id, retention_ms=retention_ms, now_ms=now_ms)
+        except StoreUnavailable:
+            log.warning("housekeeping: Redis unavailable while trimming campaign %s", campaign_id)
+    purged = purge_expired()
+    closed = []
+    recently_ended = Campaign.objects.filter(preheated_at__isnull=False, ends_at__lte=timezone.now(),
+                                             ends_at__gt=timezone.now() - timedelta(days=7))
+    for campaign in recently_ended.exclude(events__type=CampaignEventType.CLOSED):
+        if services.campaign_close(campaign=campaign) is not None:
+            closed.append(campaign.pk)
+            log.info("campaign %s closed: final figures recorded", campaign.pk)
+    return {"trimmed": trimmed, "idempotency_purged": purged, "closed": closed}

@@ -100,3 +100,10 @@ def http_server(transactional_db: Any) -> Iterator[str]:
         proc.wait(10)
     except subprocess.TimeoutExpired:
         proc.kill()
+
+
+def unacknowledged(campaign: Campaign) -> int:
+    """How many of the campaign's ledger entries the drain has not acknowledged (not in PostgreSQL yet)."""
+    from orders.ledger import backlog_sizes
+
+    return backlog_sizes([campaign.pk]).get(campaign.pk, 0)

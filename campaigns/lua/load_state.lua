@@ -15,9 +15,24 @@ ARGV[9] last ledger id already persisted ("0-0" if none): a new stream never iss
 
 Returns {stock_created (0/1), stock (or -1 when missing)}
 --]]
+-- Check first: a campaign that lost its stock is not half-loaded here (the caller rebuilds it instead).
+if ARGV[7] == '' and redis.call('EXISTS', KEYS[2]) == 0 then
+  return {0, -1}
+end
+
+local function id_parts(id)
+  local dash = string.find(id, '-', 1, true)
+  return tonumber(string.sub(id, 1, dash - 1)), tonumber(string.sub(id, dash + 1))
+end
+
+local function id_less(a, b)
+  local a_ms, a_seq = id_parts(a)
+  local b_ms, b_seq = id_parts(b)
+  return a_ms < b_ms or (a_ms == b_ms and a_seq < b_seq)
+end
+
 redis.call('HSET', KEYS[1], 'starts_ms', ARGV[1], 'ends_ms', ARGV[2], 'paused', ARGV[3],
            'limit', ARGV[4], 'total', ARGV[5])
-
 redis.call('HSETNX', KEYS[3], '', '0')
 redis.call('SADD', KEYS[5], '')
 
@@ -29,14 +44,20 @@ end
 
 if redis.call('EXISTS', KEYS[4]) == 0 then
   redis.call('XGROUP', 'CREATE', KEYS[4], ARGV[8], '$', 'MKSTREAM')
-  if ARGV[9] ~= '0-0' then
-    redis.call('XSETID', KEYS[4], ARGV[9])
-  end
 else
   -- The stream exists: make sure the group does too, delivering everything already in it.
   local ok = redis.pcall('XGROUP', 'CREATE', KEYS[4], ARGV[8], '0')
   if type(ok) == 'table' and ok.err and not string.find(ok.err, 'BUSYGROUP', 1, true) then
     return redis.error_reply(ok.err)
+  end
+end
+-- Never let the stream issue an id at or below one already persisted (a rebuilt, empty stream would).
+if ARGV[9] ~= '0-0' then
+  local info = redis.call('XINFO', 'STREAM', KEYS[4])
+  for i = 1, #info, 2 do
+    if info[i] == 'last-generated-id' and id_less(info[i + 1], ARGV[9]) then
+      redis.call('XSETID', KEYS[4], ARGV[9])
+    end
   end
 end
 

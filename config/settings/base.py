@@ -164,6 +164,8 @@ COUPONS_IDEMPOTENCY_TTL_SECONDS = 24 * 3600
 COUPONS_DRAIN_BATCH = env_int("COUPONS_DRAIN_BATCH", 500)
 COUPONS_DRAIN_RECLAIM_IDLE_MS = env_int("COUPONS_DRAIN_RECLAIM_IDLE_MS", 30_000)
 COUPONS_DRAIN_TRIGGER_TTL_MS = 10_000
+# Acknowledged ledger entries stay this long, so reconciliation can re-persist a claim PostgreSQL lost.
+COUPONS_LEDGER_RETENTION_SECONDS = env_int("COUPONS_LEDGER_RETENTION_SECONDS", 600)
 
 # Celery: the broker defaults to the Redis server; results are not kept (tasks report through the DB).
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", REDIS_URL)
@@ -184,6 +186,16 @@ CELERY_BEAT_SCHEDULE = {
     },
     "expiry-sweep": {
         "task": "coupons.tasks.expiry_sweep",
+        "schedule": 60.0,
+        "options": {"expires": 120},
+    },
+    "reconcile-campaigns": {
+        "task": "orders.tasks.reconcile_campaigns",
+        "schedule": 180.0,
+        "options": {"expires": 300},
+    },
+    "housekeeping": {
+        "task": "orders.tasks.housekeeping",
         "schedule": 60.0,
         "options": {"expires": 120},
     },

@@ -33,7 +33,7 @@ from coupons.services import Order, coupon_redeem, coupon_reserve
 from orders import ledger
 from orders.models import Claim, ClaimStatus
 from orders.services import campaign_rebuild, campaign_verify, claim_cancel, drain_campaign
-from tests.conftest import shopper_headers
+from tests.conftest import shopper_headers, unacknowledged
 
 AMOUNT = Decimal("350.00")  # the factory's rule: spend 300.00, get 50.00 off
 
@@ -311,7 +311,7 @@ def test_cancel_of_a_pending_claim_is_recorded_as_cancelled_and_the_drain_never_
     assert (report.read, report.persisted) == (1, 0)
     assert not Coupon.objects.filter(claim_id=claim_id).exists()
     assert Claim.objects.get(claim_id=claim_id).status == ClaimStatus.CANCELLED
-    assert redis_client().xlen(campaign_keys(campaign.pk).ledger) == 0
+    assert unacknowledged(campaign) == 0
     assert stock(campaign) == 10
     assert balanced(campaign)
     # And a second cancel changes nothing

@@ -16,7 +16,7 @@ from coupons.models import Coupon
 from orders import tasks
 from orders.services import claim_create
 
-from ..conftest import ROOT, process_env
+from ..conftest import ROOT, process_env, unacknowledged
 from ..factories import CampaignFactory
 
 
@@ -43,7 +43,7 @@ def test_claims_become_coupons_through_the_trigger_and_a_real_celery_worker(live
         worker.terminate()
         worker.wait(30)
     assert Coupon.objects.filter(campaign=campaign).count() == 30
-    assert redis_client().xlen(campaign_keys(campaign.pk).ledger) == 0
+    assert unacknowledged(campaign) == 0
 
 
 @pytest.mark.django_db

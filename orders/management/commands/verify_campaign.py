@@ -24,7 +24,7 @@ def balance_lines(b: Balance) -> list[str]:
         f"- claims cancelled and restocked      {b.restocked:>10}",
         f"= {right:>44}",
         f"  coupons {b.coupons}, claims issued {b.issued_claims}, shoppers above the limit "
-        f"{len(b.users_over_limit)}",
+        f"{len(b.users_over_limit)}, per-user counts wrong in Redis {len(b.users_drift)}",
         *[f"  problem: {p}" for p in b.problems],
         "BALANCED" if b.balanced else "NOT BALANCED",
     ]
@@ -46,8 +46,8 @@ class Command(BaseCommand):
         except StoreUnavailable as exc:
             raise CommandError(f"Redis unavailable: {exc}") from exc
         if opts["json"]:
-            self.stdout.write(json.dumps({**asdict(balance), "right_side": balance.right_side,
-                                         "balanced": balance.balanced}))
+            summary = {**asdict(balance), "missing_entries": len(balance.missing_entries)}
+            self.stdout.write(json.dumps({**summary, "right_side": balance.right_side, "balanced": balance.balanced}))
         else:
             self.stdout.write("\n".join(balance_lines(balance)))
         if not balance.balanced:

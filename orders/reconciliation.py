@@ -1,0 +1,104 @@
+"""Reconciliation: compare a campaign's Redis state with PostgreSQL, repair what is safe, record the rest.
+
+Repairs go only in the safe direction:
+- a ledger entry PostgreSQL lacks is persisted (as cancelled if Redis already gave its stock back);
+- a campaign whose Redis state is gone is rebuilt from PostgreSQL (sales answer 503 meanwhile);
+- a per-user count is set to the number of that shopper's claims (compare-and-set: never over a change);
+- a stock above total - claims + restocked is lowered to it (compare-and-set).
+A stock below that, or anything else, is reported and left alone: raising it could sell a coupon twice.
+"""
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from django.conf import settings
+from django.utils import timezone
+
+from campaigns import redis_state
+from campaigns.models import Campaign
+
+from .models import Reconciliation
+from .services import (
+    Balance,
+    _insert_cancelled_claim,
+    campaign_rebuild,
+    campaign_repair_lock,
+    campaign_verify,
+    persist_entries,
+)
+
+log = logging.getLogger(__name__)
+
+
+def campaign_reconcile(*, campaign: Campaign, repair: bool, source: str) -> Reconciliation | None:
+    """Compare, repair if asked, record. Return None when another reconciliation of it is running."""
+    with campaign_repair_lock(campaign.pk) as taken:
+        if not taken:
+            return None
+        balance = campaign_verify(campaign=campaign)
+        repairs: list[str] = []
+        if repair:
+            repairs = _repair(campaign, balance)
+            if repairs:
+                balance = campaign_verify(campaign=campaign)
+        record = Reconciliation.objects.create(
+            campaign=campaign, source=source, total_stock=balance.total_stock, remaining=balance.remaining,
+            claims=balance.claims, restocked=balance.restocked, drift=balance.drift,
+            users_drift=len(balance.users_drift), problems=_problems(balance), repairs=repairs,
+            balanced=balance.balanced,
+        )
+    if repairs or not record.balanced:
+        log.warning("reconciled campaign %s: repairs %s; %s", campaign.pk, repairs or "none",
+                    "balanced" if record.balanced else f"STILL DRIFTING: {record.problems}")
+    return record
+
+
+def _problems(balance: Balance) -> list[str]:
+    problems = list(balance.problems)
+    if balance.drift:
+        problems.append(f"drift {balance.drift}: total {balance.total_stock} != remaining {balance.remaining} + "
+                        f"claims {balance.claims} - restocked {balance.restocked}")
+    if balance.users_drift:
+        sample = dict(sorted(balance.users_drift.items())[:10])
+        problems.append(f"{len(balance.users_drift)} per-user counts differ in Redis (Redis, expected): {sample}")
+    if balance.users_over_limit:
+        problems.append(f"shoppers above the per-user limit: {balance.users_over_limit[:10]}")
+    return problems
+
+
+def _repair(campaign: Campaign, balance: Balance) -> list[str]:
+    repairs: list[str] = []
+    if balance.remaining is None:
+        if campaign.preheated_at is None or timezone.now() >= campaign.ends_at:
+            return repairs  # never loaded, or over: nothing is sold from Redis any more
+        left = campaign_rebuild(campaign=campaign)
+        repairs.append(f"rebuilt the Redis state from PostgreSQL: {left} left")
+        balance = campaign_verify(campaign=campaign)
+    if balance.missing_entries:
+        given_back = {e.claim_id for e in balance.missing_entries} & balance.given_back
+        as_cancelled = [e for e in balance.missing_entries if e.claim_id in given_back]
+        to_issue = [e for e in balance.missing_entries if e.claim_id not in given_back]
+        issued = persist_entries(campaign, to_issue)
+        cancelled = sum(_insert_cancelled_claim(e) for e in as_cancelled)
+        if issued or cancelled:
+            repairs.append(f"persisted {issued} ledger entries missing from PostgreSQL"
+                           + (f" and {cancelled} given back ones as cancelled" if cancelled else ""))
+            balance = campaign_verify(campaign=campaign)
+    keys = redis_state.campaign_keys(campaign.pk)
+    fixed = [u for u, (seen, expected) in sorted(balance.users_drift.items())
+             if redis_state.compare_and_set(key=keys.users, field=u, expected=seen, new=expected)]
+    if fixed:
+        repairs.append(f"set the per-user counts of {len(fixed)} shoppers to their claims: {fixed[:10]}")
+    if balance.remaining is not None and balance.drift is not None and balance.drift < 0:
+        target = balance.remaining + balance.drift  # drift < 0: Redis would sell more than exists
+        if redis_state.compare_and_set(key=keys.stock, field=None, expected=balance.remaining, new=max(target, 0)):
+            repairs.append(f"lowered the stock from {balance.remaining} to {max(target, 0)} (total - claims)")
+    return repairs
+
+
+def campaigns_to_reconcile() -> list[Campaign]:
+    """Live campaigns and those that ended within the last day (their keys still exist)."""
+    now = timezone.now()
+    recent = now - min(timedelta(days=1), timedelta(seconds=settings.COUPONS_KEY_GRACE_SECONDS))
+    return list(Campaign.objects.filter(preheated_at__isnull=False, starts_at__lte=now, ends_at__gt=recent))

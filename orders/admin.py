@@ -8,7 +8,7 @@ from django.utils.html import format_html
 
 from coupons.models import Coupon
 
-from .models import Claim
+from .models import Claim, Reconciliation
 
 
 @admin.register(Claim)
@@ -31,3 +31,27 @@ class ClaimAdmin(admin.ModelAdmin):
         if coupon is None:
             return "-"
         return format_html('<a href="{}">{}</a>', reverse("admin:coupons_coupon_change", args=[coupon.pk]), coupon.code)
+
+
+@admin.register(Reconciliation)
+class ReconciliationAdmin(admin.ModelAdmin):
+    """What each comparison of Redis with PostgreSQL found and repaired (read-only)."""
+
+    list_display = ["created_at", "campaign", "balanced", "drift", "users_drift", "remaining", "claims", "restocked",
+                    "source", "repair_count"]
+    list_filter = ["balanced", "source", "campaign"]
+    list_select_related = ["campaign"]
+    readonly_fields = [f.name for f in Reconciliation._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    @admin.display(description="repairs")
+    def repair_count(self, record: Reconciliation) -> int:
+        return len(record.repairs)

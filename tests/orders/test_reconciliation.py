@@ -204,3 +204,58 @@ def test_housekeeping_purges_idempotency_records_past_24_hours_and_closes_ended_
     assert first["closed"] == [campaign.pk] and second["closed"] == []
     closed = CampaignEvent.objects.get(campaign=campaign, type=CampaignEventType.CLOSED)
     assert closed.data["claims"] == 2 and closed.data["remaining"] == 3 and closed.data["coupons"] == {"active": 2}
+
+
+def run_twice_at_once(job) -> list:
+    """Run `job` in two threads that start together (two beat processes by mistake); return both results."""
+    barrier = threading.Barrier(2)
+    results: list = []
+
+    def run() -> None:
+        barrier.wait()
+        try:
+            results.append(job())
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_two_housekeeping_runs_at_once_close_a_campaign_once_and_trim_once(live_campaign, settings) -> None:
+    campaign = live_campaign(total_stock=20, per_user_limit=20)
+    claim_many(campaign, ["a"] * 12)
+    drain_campaign(campaign_id=campaign.pk)
+    campaign.__class__.objects.filter(pk=campaign.pk).update(ends_at=timezone.now() - timedelta(minutes=1))
+    settings.COUPONS_LEDGER_RETENTION_SECONDS = 0
+
+    results = run_twice_at_once(tasks.housekeeping)
+
+    assert sum(r["trimmed"] for r in results) == 12
+    assert sorted(len(r["closed"]) for r in results) == [0, 1]
+    assert CampaignEvent.objects.filter(campaign=campaign, type=CampaignEventType.CLOSED).count() == 1
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_two_drain_sweeps_and_two_preheats_at_once_do_what_one_does(live_campaign) -> None:
+    from tests.factories import CampaignFactory
+
+    campaign = live_campaign(total_stock=300, per_user_limit=300)
+    claim_many(campaign, ["a"] * 300)
+    soon = CampaignFactory(starts_at=timezone.now() + timedelta(minutes=5), total_stock=7)
+
+    run_twice_at_once(tasks.drain_sweep)
+    preheats = run_twice_at_once(tasks.preheat_due_campaigns)
+
+    assert Claim.objects.filter(campaign=campaign).count() == 300
+    assert CouponEvent.objects.filter(campaign=campaign, type="issued").count() == 300
+    assert sorted(p["preheated"] for p in preheats)[-1] == [soon.pk]
+    assert int(redis_client().get(campaign_keys(soon.pk).stock)) == 7
+    assert campaign_verify(campaign=campaign).balanced

@@ -144,7 +144,7 @@ def test_reconcile_reports_and_repair_rebuilds_a_lost_campaign(live_campaign) ->
 
     out = run("reconcile", "--campaign", str(campaign.pk), "--repair")
 
-    assert "rebuilding" in out and "balanced" in out
+    assert "repaired: rebuilt the Redis state" in out and "balanced" in out
     assert int(redis_client().get(campaign_keys(campaign.pk).stock)) == 3
 
 

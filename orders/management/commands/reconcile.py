@@ -1,4 +1,4 @@
-"""python manage.py reconcile [--campaign C] [--repair]: verify every loaded campaign; rebuild lost state."""
+"""python manage.py reconcile [--campaign C] [--repair]: compare Redis with PostgreSQL, repair what is safe."""
 from __future__ import annotations
 
 import sys
@@ -6,35 +6,43 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from campaigns.errors import Unavailable
 from campaigns.models import Campaign
 from campaigns.redis_state import StoreUnavailable
-from orders.services import campaign_rebuild, campaign_verify, campaigns_to_drain
+from orders.reconciliation import campaign_reconcile, campaigns_to_reconcile
 
 
 class Command(BaseCommand):
-    help = "Compare Redis with PostgreSQL for each loaded campaign; --repair rebuilds a campaign Redis lost."
+    help = ("Compare each live or recently ended campaign (or --campaign) with PostgreSQL and record it; "
+            "--repair persists lost claims, rebuilds a lost Redis state and sets wrong counters right.")
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--campaign", type=int)
         parser.add_argument("--repair", action="store_true")
 
     def handle(self, *args: Any, **opts: Any) -> None:
-        ids = [opts["campaign"]] if opts["campaign"] else campaigns_to_drain()
+        if opts["campaign"]:
+            campaigns = list(Campaign.objects.filter(pk=opts["campaign"]))
+            if not campaigns:
+                raise CommandError(f"no campaign {opts['campaign']}")
+        else:
+            campaigns = campaigns_to_reconcile()
         unbalanced = 0
-        for campaign in Campaign.objects.filter(pk__in=ids).order_by("pk"):
+        for campaign in campaigns:
             try:
-                balance = campaign_verify(campaign=campaign)
-                if not balance.balanced and balance.remaining is None and opts["repair"]:
-                    self.stdout.write(f"campaign {campaign.pk}: Redis lost its state; rebuilding")
-                    campaign_rebuild(campaign=campaign)
-                    balance = campaign_verify(campaign=campaign)
-            except StoreUnavailable as exc:
+                record = campaign_reconcile(campaign=campaign, repair=opts["repair"], source="command")
+            except (StoreUnavailable, Unavailable) as exc:
                 raise CommandError(f"Redis unavailable: {exc}") from exc
-            unbalanced += not balance.balanced
+            if record is None:
+                self.stdout.write(f"campaign {campaign.pk}: another reconciliation is running; skipped")
+                continue
+            unbalanced += not record.balanced
+            for repair in record.repairs:
+                self.stdout.write(f"campaign {campaign.pk}: repaired: {repair}")
             self.stdout.write(
-                f"campaign {campaign.pk}: total {balance.total_stock} = remaining {balance.remaining} + claims "
-                f"{balance.claims} - restocked {balance.restocked} -> "
-                f"{'balanced' if balance.balanced else 'DRIFT ' + '; '.join(balance.problems)}"
+                f"campaign {campaign.pk}: total {record.total_stock} = remaining {record.remaining} + claims "
+                f"{record.claims} - restocked {record.restocked} -> "
+                + ("balanced" if record.balanced else "DRIFT: " + "; ".join(record.problems))
             )
         if unbalanced:
             sys.exit(1)

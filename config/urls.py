@@ -9,6 +9,7 @@ from coupons.apis import CouponConfirmApi, CouponRedeemApi, CouponReleaseApi, Co
 from orders.apis import ClaimCancelApi, ClaimDetailApi, campaign_claim
 
 from .health import healthz, readyz
+from .metrics import metrics
 
 api = "api/v1/"
 urlpatterns = [
@@ -25,6 +26,7 @@ urlpatterns = [
     path(f"{api}coupons/<str:code>/release", CouponReleaseApi.as_view(), name="coupon-release"),
     path("healthz", healthz, name="healthz"),
     path("readyz", readyz, name="readyz"),
+    path("metrics", metrics, name="metrics"),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
     path(settings.ADMIN_URL, admin.site.urls),

@@ -259,3 +259,19 @@ def test_two_drain_sweeps_and_two_preheats_at_once_do_what_one_does(live_campaig
     assert sorted(p["preheated"] for p in preheats)[-1] == [soon.pk]
     assert int(redis_client().get(campaign_keys(soon.pk).stock)) == 7
     assert campaign_verify(campaign=campaign).balanced
+
+
+@pytest.mark.django_db
+def test_the_last_reconciliation_of_each_campaign_is_exported_as_metrics(client, live_campaign) -> None:
+    campaign = live_campaign(total_stock=10)
+    claim_many(campaign, ["a"])
+    redis_client().set(campaign_keys(campaign.pk).stock, 5)  # 4 missing: reported, not repaired
+    campaign_reconcile(campaign=campaign, repair=True, source="test")
+
+    response = client.get("/metrics")
+
+    text = response.content.decode()
+    assert response.status_code == 200 and response["Content-Type"].startswith("text/plain")
+    assert f'couponrush_reconciliation_drift{{campaign="{campaign.pk}"}} 4.0' in text
+    assert f'couponrush_reconciliation_balanced{{campaign="{campaign.pk}"}} 0.0' in text
+    assert f'couponrush_reconciliation_repairs{{campaign="{campaign.pk}"}} 1.0' in text

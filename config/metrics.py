@@ -1,0 +1,53 @@
+"""/metrics (Prometheus text). Figures read at scrape time from PostgreSQL, so every web process answers
+the same without shared state: the latest reconciliation of each campaign (drift, balance, per-user drift).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+
+from django.http import HttpRequest, HttpResponse
+from django.utils import timezone
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from orders.models import Reconciliation
+
+
+class ReconciliationCollector(Collector):
+    """The latest reconciliation of every campaign reconciled in the last day."""
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        latest = (
+            Reconciliation.objects.filter(created_at__gte=timezone.now() - timedelta(days=1))
+            .order_by("campaign_id", "-created_at")
+            .distinct("campaign_id")
+        )
+        drift = GaugeMetricFamily("couponrush_reconciliation_drift",
+                                  "total stock - (Redis remaining + claims - restocked) at the last reconciliation",
+                                  labels=["campaign"])
+        balanced = GaugeMetricFamily("couponrush_reconciliation_balanced",
+                                     "1 when the last reconciliation balanced (after its repairs)", labels=["campaign"])
+        users = GaugeMetricFamily("couponrush_reconciliation_users_drift",
+                                  "shoppers whose Redis count was wrong at the last reconciliation",
+                                  labels=["campaign"])
+        repairs = GaugeMetricFamily("couponrush_reconciliation_repairs",
+                                    "repairs made by the last reconciliation", labels=["campaign"])
+        when = GaugeMetricFamily("couponrush_reconciliation_timestamp_seconds",
+                                 "when the campaign was last reconciled", labels=["campaign"])
+        for record in latest:
+            label = [str(record.campaign_id)]
+            if record.drift is not None:
+                drift.add_metric(label, record.drift)
+            balanced.add_metric(label, 1 if record.balanced else 0)
+            users.add_metric(label, record.users_drift)
+            repairs.add_metric(label, len(record.repairs))
+            when.add_metric(label, record.created_at.timestamp())
+        yield from (drift, balanced, users, repairs, when)
+
+
+def metrics(request: HttpRequest) -> HttpResponse:
+    registry = CollectorRegistry()
+    registry.register(ReconciliationCollector())
+    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

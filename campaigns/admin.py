@@ -1,4 +1,5 @@
-"""The operator's console for campaigns (a first version: list with live stock, publish/pause/resume)."""
+"""The operator's console for campaigns: the list with live Redis figures, a live panel and burn-down chart
+on the change page, and every operation as an action that calls one service (with a confirmation page)."""
 from __future__ import annotations
 
 import uuid
@@ -11,12 +12,50 @@ from django.template.response import TemplateResponse
 from django.utils import timezone
 
 from coupons.extension import check_days, validity_extension_apply, validity_extension_begin
+from orders import ledger
+from orders.reconciliation import campaign_reconcile
+from orders.selectors import claims_issued_counts, claims_per_second, claims_timeline, latest_reconciliations
 
+from .charts import burndown_svg
 from .errors import ApplicationError
 from .extension import campaign_extend_end, operator_time
-from .models import Campaign
+from .models import Campaign, CampaignEvent, CampaignState
+from .redis_state import StoreUnavailable
 from .selectors import remaining_of
-from .services import campaign_pause, campaign_publish, campaign_resume
+from .services import MAX_STOCK_ADDED, campaign_add_stock, campaign_pause, campaign_publish, campaign_resume
+
+# Fields that, once a campaign is loaded into Redis, would break its balance if edited in place: they
+# change only through actions (restock, extend end).
+LIVE_LOCKED = ["starts_at", "ends_at", "total_stock", "per_user_limit", "discount_type", "discount_value",
+               "max_discount", "min_spend", "currency", "valid_from", "valid_until", "valid_days", "audience"]
+
+
+class StateFilter(admin.SimpleListFilter):
+    title = "status"
+    parameter_name = "state"
+
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
+        return [(s.value, s.label) for s in CampaignState]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Campaign]) -> QuerySet[Campaign]:
+        now, value = timezone.now(), self.value()
+        published = queryset.filter(published_at__isnull=False)
+        if value == CampaignState.DRAFT:
+            return queryset.filter(published_at__isnull=True)
+        if value == CampaignState.ENDED:
+            return published.filter(ends_at__lte=now)
+        if value == CampaignState.PAUSED:
+            return published.filter(ends_at__gt=now, paused=True)
+        if value == CampaignState.SCHEDULED:
+            return published.filter(ends_at__gt=now, paused=False, starts_at__gt=now)
+        if value == CampaignState.LIVE:
+            return published.filter(ends_at__gt=now, paused=False, starts_at__lte=now)
+        return queryset
+
+
+class RestockForm(forms.Form):
+    quantity = forms.IntegerField(label="Coupons to add", min_value=1, max_value=MAX_STOCK_ADDED,
+                                  help_text=f"1 to {MAX_STOCK_ADDED:,}: added to the total and to the live stock.")
 
 
 class ExtendEndForm(forms.Form):
@@ -50,56 +89,160 @@ class ExtendValidityForm(forms.Form):
 
 @admin.register(Campaign)
 class CampaignAdmin(admin.ModelAdmin):
-    list_display = ["name", "state_display", "starts_at", "ends_at", "total_stock", "remaining_display",
-                    "per_user_limit"]
-    list_filter = ["paused", "starts_at", "ends_at"]
+    list_display = ["name", "state_display", "window", "total_stock", "remaining_display", "claims_issued",
+                    "drift_flag", "per_user_limit"]
+    list_filter = [StateFilter, "starts_at", "ends_at"]
     search_fields = ["name"]
-    readonly_fields = ["published_at", "preheated_at", "created_at", "updated_at"]
-    actions = ["publish", "pause", "resume", "extend_end", "extend_validity"]
+    date_hierarchy = "starts_at"
+    actions = ["publish", "pause", "resume", "extend_end", "extend_validity", "restock", "reconcile_now"]
+    change_form_template = "admin/campaigns/campaign/change_form.html"
     fieldsets = [
         (None, {"fields": ["name", "starts_at", "ends_at", "total_stock", "per_user_limit", "paused"]}),
         ("Coupon rule", {"fields": ["discount_type", "discount_value", "max_discount", "min_spend", "currency",
-                                    "valid_until", "valid_days", "audience"]}),
+                                    "valid_from", "valid_until", "valid_days", "audience"]}),
         ("Lifecycle", {"fields": ["published_at", "preheated_at", "created_at", "updated_at"]}),
     ]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Campaign | None = None) -> list[str]:
+        fixed = ["published_at", "preheated_at", "created_at", "updated_at", "paused"]
+        if obj is not None and obj.published_at is not None:
+            return fixed + LIVE_LOCKED  # change them through the actions (restock, extend end)
+        return fixed
 
     def get_changelist_instance(self, request: HttpRequest):  # type: ignore[no-untyped-def]
         changelist = super().get_changelist_instance(request)
         campaigns = list(changelist.result_list)
+        ids = [c.pk for c in campaigns]
         self._remaining = remaining_of(campaigns)  # one pipelined Redis round trip for the page
+        self._issued = claims_issued_counts(ids)
+        self._reconciled = latest_reconciliations(ids)
         return changelist
 
     @admin.display(description="status")
     def state_display(self, campaign: Campaign) -> str:
         return campaign.state.label
 
+    @admin.display(description="window", ordering="starts_at")
+    def window(self, campaign: Campaign) -> str:
+        return f"{operator_time(campaign.starts_at)} → {operator_time(campaign.ends_at)}"
+
     @admin.display(description="remaining (live)")
     def remaining_display(self, campaign: Campaign) -> str:
         value = getattr(self, "_remaining", {}).get(campaign.pk)
         return "-" if value is None else str(value)
 
+    @admin.display(description="claims issued")
+    def claims_issued(self, campaign: Campaign) -> int:
+        return getattr(self, "_issued", {}).get(campaign.pk, 0)
+
+    @admin.display(description="drift")
+    def drift_flag(self, campaign: Campaign) -> str:
+        record = getattr(self, "_reconciled", {}).get(campaign.pk)
+        if record is None:
+            return "-"
+        return "ok" if record.balanced else f"DRIFT {record.drift if record.drift is not None else ''}".strip()
+
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
+                    extra_context: dict | None = None):  # type: ignore[no-untyped-def]
+        campaign = self.get_object(request, object_id)
+        extra = dict(extra_context or {})
+        if campaign is not None:
+            extra["live"] = self._live_panel(campaign)
+        return super().change_view(request, object_id, form_url, extra_context=extra)
+
+    def _live_panel(self, campaign: Campaign) -> dict:
+        """The change page's live figures: Redis remaining, claims/s, ledger backlog, last reconciliation."""
+        try:
+            remaining = remaining_of([campaign])[campaign.pk]
+            backlog: int | str = ledger.backlog_sizes([campaign.pk]).get(campaign.pk, 0)
+        except StoreUnavailable:
+            remaining, backlog = None, "Redis unavailable"
+        timeline = claims_timeline(campaign)
+        return {
+            "remaining": remaining,
+            "backlog": backlog,
+            "per_second": claims_per_second(campaign),
+            "reconciliation": latest_reconciliations([campaign.pk]).get(campaign.pk),
+            "events": CampaignEvent.objects.filter(campaign=campaign).order_by("-id")[:10],
+            "chart": burndown_svg(total=campaign.total_stock, start=timeline.start,
+                                  bucket_seconds=timeline.bucket_seconds, counts=timeline.counts,
+                                  now_remaining=remaining),
+        }
+
     def _each(self, request: HttpRequest, queryset: QuerySet[Campaign], service, verb: str) -> None:  # type: ignore[no-untyped-def]
         done = 0
-        for campaign in queryset:
+        for campaign in queryset.order_by("pk"):
             try:
-                service(campaign=campaign)
+                service(campaign=campaign, actor=request.user.get_username())
                 done += 1
+                self.log_change(request, campaign, f"{verb} (admin action).")
             except ApplicationError as exc:
                 self.message_user(request, f"{campaign}: {exc.message}", messages.ERROR)
         if done:
             self.message_user(request, f"{verb} {done} campaign(s).", messages.SUCCESS)
 
-    @admin.action(description="Publish (load into Redis)", permissions=["change"])
-    def publish(self, request: HttpRequest, queryset: QuerySet[Campaign]) -> None:
-        self._each(request, queryset, campaign_publish, "Published")
+    def _confirmed(self, request: HttpRequest, queryset: QuerySet[Campaign], *, action: str, title: str,
+                   submit: str, service, verb: str) -> TemplateResponse | None:  # type: ignore[no-untyped-def]
+        """Show a confirmation page first; on confirmation, call the service for each campaign."""
+        if "apply" in request.POST:
+            self._each(request, queryset, service, verb)
+            return None
+        return self._extension_page(request, queryset, forms.Form(), action=action, title=title, submit=submit)
 
-    @admin.action(description="Pause", permissions=["change"])
-    def pause(self, request: HttpRequest, queryset: QuerySet[Campaign]) -> None:
-        self._each(request, queryset, campaign_pause, "Paused")
+    @admin.action(description="Publish (load into Redis)…", permissions=["change"])
+    def publish(self, request: HttpRequest, queryset: QuerySet[Campaign]) -> TemplateResponse | None:
+        return self._confirmed(request, queryset, action="publish", title="Publish: load into Redis and open",
+                               submit="Publish", service=campaign_publish, verb="Published")
 
-    @admin.action(description="Resume", permissions=["change"])
-    def resume(self, request: HttpRequest, queryset: QuerySet[Campaign]) -> None:
-        self._each(request, queryset, campaign_resume, "Resumed")
+    @admin.action(description="Pause…", permissions=["change"])
+    def pause(self, request: HttpRequest, queryset: QuerySet[Campaign]) -> TemplateResponse | None:
+        return self._confirmed(request, queryset, action="pause", title="Pause: claims answer 'paused'",
+                               submit="Pause", service=campaign_pause, verb="Paused")
+
+    @admin.action(description="Resume…", permissions=["change"])
+    def resume(self, request: HttpRequest, queryset: QuerySet[Campaign]) -> TemplateResponse | None:
+        return self._confirmed(request, queryset, action="resume", title="Resume claims",
+                               submit="Resume", service=campaign_resume, verb="Resumed")
+
+    @admin.action(description="Restock N…", permissions=["change"])
+    def restock(self, request: HttpRequest, queryset: QuerySet[Campaign]) -> TemplateResponse | None:
+        """Add N coupons: the total in PostgreSQL and the live stock in Redis grow together."""
+        if "apply" in request.POST:
+            form = RestockForm(request.POST)
+            if form.is_valid():
+                quantity = form.cleaned_data["quantity"]
+                self._each(request, queryset,
+                           lambda campaign, actor: campaign_add_stock(campaign=campaign, quantity=quantity,
+                                                                      actor=actor),
+                           f"Added {quantity} coupon(s) to")
+                return None
+        else:
+            form = RestockForm()
+        return self._extension_page(request, queryset, form, action="restock", title="Add coupons to the stock",
+                                    submit="Restock")
+
+    @admin.action(description="Reconcile now…", permissions=["change"])
+    def reconcile_now(self, request: HttpRequest, queryset: QuerySet[Campaign]) -> TemplateResponse | None:
+        """Compare Redis with PostgreSQL now and repair what is safe (the beat job's work, on demand)."""
+        if "apply" not in request.POST:
+            return self._extension_page(request, queryset, forms.Form(), action="reconcile_now",
+                                        title="Reconcile: compare Redis with PostgreSQL, repair the safe drift",
+                                        submit="Reconcile")
+        for campaign in queryset.order_by("pk"):
+            try:
+                record = campaign_reconcile(campaign=campaign, repair=True, source="admin")
+            except (ApplicationError, StoreUnavailable) as exc:
+                self.message_user(request, f"{campaign}: Redis unavailable ({exc})", messages.ERROR)
+                continue
+            if record is None:
+                self.message_user(request, f"{campaign}: a reconciliation is already running", messages.WARNING)
+                continue
+            summary = "balanced" if record.balanced else "DRIFT: " + "; ".join(record.problems)
+            repairs = f" Repaired: {'; '.join(record.repairs)}." if record.repairs else ""
+            self.log_change(request, campaign, f"Reconciled: {summary}.{repairs}")
+            self.message_user(request, f"{campaign}: {summary}.{repairs}",
+                              messages.SUCCESS if record.balanced else messages.WARNING)
+        return None
 
     def _extension_page(  # type: ignore[no-untyped-def]
         self, request: HttpRequest, queryset: QuerySet[Campaign], form, *, action: str, title: str, submit: str

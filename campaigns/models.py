@@ -177,6 +177,7 @@ class CampaignEventType(models.TextChoices):
     END_EXTENDED = "end_extended", "End extended"
     VALIDITY_EXTENDED = "validity_extended", "Coupon validity extended"
     REBUILT = "rebuilt", "Redis state rebuilt"
+    STOCK_ADDED = "stock_added", "Stock added"
     CLOSED = "closed", "Closed (final figures)"
 
 

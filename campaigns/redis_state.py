@@ -110,6 +110,7 @@ class _Scripts:
         self.load_state = client.register_script((LUA_DIR / "load_state.lua").read_text())
         self.cancel = client.register_script((LUA_DIR / "cancel.lua").read_text())
         self.compare_and_set = client.register_script((LUA_DIR / "compare_and_set.lua").read_text())
+        self.add_stock = client.register_script((LUA_DIR / "add_stock.lua").read_text())
         self.extend = client.register_script((LUA_DIR / "extend.lua").read_text())
 
 
@@ -221,6 +222,16 @@ def compare_and_set(*, key: str, field: str | None, expected: int | None, new: i
     except redis.RedisError as exc:
         raise StoreUnavailable(str(exc)) from exc
     return bool(int(done))
+
+
+def run_add_stock(*, campaign_id: int, quantity: int) -> int | None:
+    """Add coupons to a loaded campaign's stock; return the new stock, None when Redis holds none."""
+    keys = campaign_keys(campaign_id)
+    try:
+        stock = int(scripts().add_stock(keys=[keys.meta, keys.stock], args=[quantity]))
+    except redis.RedisError as exc:
+        raise StoreUnavailable(str(exc)) from exc
+    return None if stock < 0 else stock
 
 
 def set_paused(*, campaign_id: int, paused: bool) -> bool:

@@ -8,11 +8,12 @@ from decimal import Decimal
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from . import redis_state
 from .errors import CampaignOver, CampaignStateLost, InvalidCampaign, Unavailable
-from .models import Audience, Campaign, DiscountType
+from .models import Audience, Campaign, CampaignEvent, CampaignEventType, CampaignState, DiscountType
 
 
 def keys_expire_at(campaign: Campaign) -> datetime:
@@ -66,13 +67,14 @@ def campaign_create(
     return campaign
 
 
-def campaign_publish(*, campaign: Campaign) -> Campaign:
+def campaign_publish(*, campaign: Campaign, actor: str = "system") -> Campaign:
     """Publish a draft campaign and load it into Redis. Raise Unavailable when Redis is down."""
     with transaction.atomic():
         campaign = Campaign.objects.select_for_update().get(pk=campaign.pk)
         if campaign.published_at is None:
             campaign.published_at = timezone.now()
             campaign.save(update_fields=["published_at", "updated_at"])
+            CampaignEvent.objects.create(campaign=campaign, type=CampaignEventType.PUBLISHED, actor=actor)
         campaign_preheat(campaign=campaign)
     return campaign
 
@@ -122,10 +124,14 @@ def _preheat(campaign: Campaign) -> PreheatResult:
     return PreheatResult(campaign_id=campaign.pk, stock_created=created, remaining=remaining)
 
 
-def campaign_set_paused(*, campaign: Campaign, paused: bool) -> Campaign:
+def campaign_set_paused(*, campaign: Campaign, paused: bool, actor: str = "system") -> Campaign:
     """Pause or resume a campaign, in PostgreSQL and (if loaded) in Redis, together."""
     with transaction.atomic():
         campaign = Campaign.objects.select_for_update().get(pk=campaign.pk)
+        if campaign.paused != paused:
+            CampaignEvent.objects.create(
+                campaign=campaign, type=CampaignEventType.PAUSED if paused else CampaignEventType.RESUMED, actor=actor
+            )
         campaign.paused = paused
         campaign.save(update_fields=["paused", "updated_at"])
         try:
@@ -135,9 +141,41 @@ def campaign_set_paused(*, campaign: Campaign, paused: bool) -> Campaign:
     return campaign
 
 
-def campaign_pause(*, campaign: Campaign) -> Campaign:
-    return campaign_set_paused(campaign=campaign, paused=True)
+def campaign_pause(*, campaign: Campaign, actor: str = "system") -> Campaign:
+    return campaign_set_paused(campaign=campaign, paused=True, actor=actor)
 
 
-def campaign_resume(*, campaign: Campaign) -> Campaign:
-    return campaign_set_paused(campaign=campaign, paused=False)
+def campaign_resume(*, campaign: Campaign, actor: str = "system") -> Campaign:
+    return campaign_set_paused(campaign=campaign, paused=False, actor=actor)
+
+
+MAX_STOCK_ADDED = 1_000_000
+
+
+def campaign_add_stock(*, campaign: Campaign, quantity: int, actor: str) -> Campaign:
+    """Add `quantity` coupons to a campaign: total in PostgreSQL, stock and total in Redis, with an event.
+
+    The balance holds: total and remaining grow by the same amount. A campaign Redis lost must be rebuilt
+    first (the stock is never guessed). Raise InvalidCampaign, CampaignStateLost or Unavailable.
+    """
+    if isinstance(quantity, bool) or not isinstance(quantity, int) or not 1 <= quantity <= MAX_STOCK_ADDED:
+        raise InvalidCampaign({"quantity": [f"Add between 1 and {MAX_STOCK_ADDED:,} coupons."]})
+    with transaction.atomic():
+        campaign = Campaign.objects.select_for_update().get(pk=campaign.pk)
+        if campaign.state_at(timezone.now()) == CampaignState.ENDED:
+            raise InvalidCampaign({"quantity": ["The campaign has ended: stock can't be added any more."]})
+        Campaign.objects.filter(pk=campaign.pk).update(total_stock=F("total_stock") + quantity,
+                                                       updated_at=timezone.now())
+        stock = None
+        if campaign.preheated_at is not None:
+            try:
+                stock = redis_state.run_add_stock(campaign_id=campaign.pk, quantity=quantity)
+            except redis_state.StoreUnavailable as exc:
+                raise Unavailable() from exc
+            if stock is None:
+                raise CampaignStateLost()
+        CampaignEvent.objects.create(campaign=campaign, type=CampaignEventType.STOCK_ADDED, actor=actor,
+                                     data={"added": quantity, "total": campaign.total_stock + quantity,
+                                           "remaining": stock})
+        campaign.refresh_from_db()
+    return campaign

@@ -295,3 +295,22 @@ def coupon_revoke(*, coupon: Coupon, source: str, reason: str, restocked: bool =
                 return done("revoked")
         coupon.refresh_from_db()
     raise Contention()
+
+
+def coupon_extend_validity(*, coupon: Coupon, days: int, actor: str) -> bool:
+    """Extend one still-usable coupon's validity by `days` (an operator's decision), with its event.
+
+    Return False when the coupon is no longer usable (expired, redeemed, revoked) or changed meanwhile.
+    Validate `days` with coupons.extension.check_days first.
+    """
+    with transaction.atomic():
+        current = Coupon.objects.select_for_update().get(pk=coupon.pk)
+        if current.status not in (CouponStatus.ACTIVE, CouponStatus.HELD) or current.is_expired_at(timezone.now()):
+            return False
+        new_expiry = current.expires_at + timedelta(days=days)
+        Coupon.objects.filter(pk=current.pk).update(expires_at=new_expiry, updated_at=timezone.now())
+        CouponEvent.objects.create(coupon_id=current.pk, campaign_id=current.campaign_id,
+                                   type=CouponEventType.EXTENDED, source="admin",
+                                   data={"days": days, "from": jsonable(current.expires_at),
+                                         "to": jsonable(new_expiry), "actor": actor})
+    return True

@@ -1,6 +1,12 @@
 from django.apps import AppConfig
+from django.db.models.signals import post_migrate
 
 
 class OrdersConfig(AppConfig):
     name = "orders"
     verbose_name = "Claims (orders)"
+
+    def ready(self) -> None:
+        from .console import set_up_console
+
+        post_migrate.connect(set_up_console, sender=self)

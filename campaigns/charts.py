@@ -1,0 +1,45 @@
+"""Server-side SVG charts for the operator's console (nothing loaded from the internet, no script)."""
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.safestring import SafeString, mark_safe
+
+WIDTH, HEIGHT, PAD = 640, 220, 36
+
+
+def burndown_svg(*, total: int, start: datetime, bucket_seconds: int, counts: list[int], now_remaining: int | None
+                 ) -> SafeString:
+    """Draw remaining stock over time since the start: a line falling as claims come in."""
+    left = total
+    points = [(0, total)]
+    for i, count in enumerate(counts):
+        left -= count
+        points.append((i + 1, left))
+    scale_x = (WIDTH - 2 * PAD) / max(len(counts), 1)
+    scale_y = (HEIGHT - 2 * PAD) / max(total, 1)
+    coords = " ".join(f"{PAD + x * scale_x:.1f},{HEIGHT - PAD - max(y, 0) * scale_y:.1f}" for x, y in points)
+    end = start + timedelta(seconds=bucket_seconds * len(counts))
+    fmt = "%m-%d %H:%M:%S"
+    label_start = timezone.localtime(start).strftime(fmt)
+    label_end = timezone.localtime(end).strftime(fmt)
+    claimed = sum(counts)
+    caption = f"{claimed} claims persisted; {now_remaining if now_remaining is not None else '?'} left in Redis"
+    return format_html(
+        '<svg id="burndown" xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" '
+        'role="img" aria-label="Burn-down: remaining stock since the start" data-claims="{claimed}">'
+        '<rect x="0" y="0" width="{w}" height="{h}" fill="#fff" stroke="#ddd"/>'
+        '<line x1="{p}" y1="{b}" x2="{r}" y2="{b}" stroke="#999"/>'
+        '<line x1="{p}" y1="{p}" x2="{p}" y2="{b}" stroke="#999"/>'
+        '<text x="{p}" y="{t}" font-size="11" fill="#333">{total}</text>'
+        '<text x="{p}" y="{lb}" font-size="11" fill="#333">{ls}</text>'
+        '<text x="{r}" y="{lb}" font-size="11" fill="#333" text-anchor="end">{le}</text>'
+        '<polyline fill="none" stroke="#417690" stroke-width="2" points="{coords}"/>'
+        '<text x="{mid}" y="16" font-size="12" fill="#333" text-anchor="middle">{caption}</text>'
+        "</svg>",
+        w=WIDTH, h=HEIGHT, p=PAD, b=HEIGHT - PAD, r=WIDTH - PAD, t=PAD - 4, lb=HEIGHT - PAD + 16,
+        total=total, ls=label_start, le=label_end, coords=mark_safe(coords), mid=WIDTH // 2, caption=caption,
+        claimed=claimed,
+    )

@@ -1,7 +1,6 @@
 from django.conf import settings
 from django.contrib import admin
 from django.urls import path
-from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from campaigns.apis import CampaignDetailApi, CampaignListApi
@@ -10,10 +9,11 @@ from orders.apis import ClaimCancelApi, ClaimDetailApi, campaign_claim
 
 from .health import healthz, readyz
 from .metrics import metrics
+from .storefront import storefront_urls
 
 api = "api/v1/"
 urlpatterns = [
-    path("", RedirectView.as_view(url="/api/docs/", permanent=False), name="home"),
+    *storefront_urls(),  # "/" the demo storefront; "dev/demo-shopper" only when demo tokens are allowed
     path(f"{api}campaigns", CampaignListApi.as_view(), name="campaign-list"),
     path(f"{api}campaigns/<str:campaign_id>", CampaignDetailApi.as_view(), name="campaign-detail"),
     path(f"{api}campaigns/<str:campaign_id>/claim", campaign_claim, name="campaign-claim"),

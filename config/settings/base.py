@@ -135,6 +135,7 @@ TIME_ZONE = env("COUPONS_OPERATOR_TIME_ZONE", "Asia/Shanghai")
 
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "var" / "static"
+STATICFILES_DIRS = [BASE_DIR / "static"]  # the demo storefront's JS and CSS (static/storefront/)
 
 # Redis: hot state of every campaign. Timeouts well under a second so that a dead Redis is a fast 503.
 REDIS_URL = env("REDIS_URL", "")
@@ -155,6 +156,9 @@ CACHES = {
 # Shopper tokens (CONTRACT.md): HMAC-SHA256 over "<user id>.<expires>".
 COUPONS_TOKEN_SECRET = env("COUPONS_TOKEN_SECRET", DEV_TOKEN_SECRET)
 COUPONS_TOKEN_MAX_TTL = env_int("COUPONS_TOKEN_MAX_TTL", 3600)
+# The demo storefront's dev-only token endpoint (POST /dev/demo-shopper, config/storefront.py): unset follows
+# DEBUG; never under config.settings.production, whatever this says.
+COUPONS_DEMO_TOKENS = env_bool("COUPONS_DEMO_TOKENS", False) if env("COUPONS_DEMO_TOKENS") is not None else None
 
 # Campaign keys live until the campaign's end plus this grace (PEXPIREAT), long enough to drain the ledger.
 COUPONS_KEY_GRACE_SECONDS = env_int("COUPONS_KEY_GRACE_SECONDS", 7 * 86400)

@@ -1,0 +1,603 @@
+/* couponrush demo storefront: plain JavaScript, no build step, nothing loaded from elsewhere.
+ *
+ * It calls the public storefront API (/api/v1, CONTRACT.md) like any shop would. The demo shopper's token
+ * comes from POST /dev/demo-shopper, which exists in development only; the shopper is kept in localStorage
+ * and its token renewed before it expires.
+ */
+(function () {
+  "use strict";
+
+  var API = "/api/v1";
+  var TOKEN_URL = "/dev/demo-shopper";
+  var STORE_KEY = "couponrush.demoShopper";
+  var CAMPAIGNS_EVERY_MS = 1500;
+  var COUPONS_EVERY_MS = 4000;
+  var CLAIM_POLL_MS = 400;
+  var CLAIM_POLL_GIVE_UP_MS = 60000;
+
+  // Business outcomes (HTTP 200, CONTRACT.md) in plain words.
+  var CLAIM_WORDS = {
+    claimed: "Got one! Your coupon is being issued…",
+    limit_reached: "You already hold as many coupons of this campaign as one shopper may.",
+    sold_out: "Sold out: every coupon of this campaign is gone.",
+    not_started: "Not open yet: the campaign has not started.",
+    ended: "Too late: the campaign has ended.",
+    paused: "The shop paused this campaign for now: try again a little later."
+  };
+  var USE_WORDS = {
+    redeemed: "Paid! The coupon was applied to your order.",
+    expired: "This coupon has expired.",
+    already_redeemed: "This coupon was already used for another order.",
+    min_spend_not_met: "The order is below this coupon's minimum spend.",
+    not_yet_valid: "This coupon can't be used yet: its validity starts later.",
+    revoked: "This coupon was cancelled.",
+    not_eligible: "This coupon is for new shoppers only.",
+    on_hold: "This coupon is held for another order that is awaiting payment."
+  };
+  var HTTP_WORDS = {
+    0: "Can't reach the shop: check that the server is running.",
+    400: "The shop did not accept that request.",
+    401: "Your demo session ran out: getting a new token…",
+    404: "Not found (or not yours).",
+    409: "The same request is still being processed: try again in a moment.",
+    413: "That request is too large.",
+    415: "The shop expected JSON.",
+    422: "That request key was already used for a different request.",
+    429: "Too many requests: slow down a little and try again.",
+    503: "The shop is briefly unavailable. Nothing was changed: try again in a moment."
+  };
+  var STATE_WORDS = { live: "Live now", scheduled: "Starting soon", paused: "Paused", ended: "Ended", draft: "Draft" };
+  var COUPON_STATUS_WORDS = {
+    active: "Ready to use", held: "Held for an order", redeemed: "Used", expired: "Expired", revoked: "Cancelled"
+  };
+
+  var shopper = null; // {user_id, token, expires, ttl}
+  var demoUnavailable = false;
+  var renewTimer = null;
+  var shopperRequest = null;
+  var serverOffsetMs = 0; // server clock minus this browser's clock (from the Date header)
+  var campaigns = [];
+  var cards = {}; // campaign id -> {root, els}
+  var coupons = [];
+  var busy = { campaigns: false, coupons: false };
+
+  function $(id) { return document.getElementById(id); }
+
+  function el(tag, attrs) {
+    var node = document.createElement(tag);
+    Object.keys(attrs || {}).forEach(function (name) {
+      if (name === "text") node.textContent = attrs[name];
+      else if (name === "className") node.className = attrs[name];
+      else node.setAttribute(name, attrs[name]);
+    });
+    for (var i = 2; i < arguments.length; i++) {
+      if (arguments[i] != null) node.appendChild(arguments[i]);
+    }
+    return node;
+  }
+
+  function randomId() {
+    var bytes = new Uint8Array(12);
+    window.crypto.getRandomValues(bytes); // works on plain http too, unlike crypto.randomUUID
+    return Array.prototype.map.call(bytes, function (b) { return ("0" + b.toString(16)).slice(-2); }).join("");
+  }
+
+  function now() { return Date.now() + serverOffsetMs; }
+
+  function noteServerTime(response) {
+    var date = Date.parse(response.headers.get("Date") || "");
+    if (!isNaN(date)) {
+      var offset = date - Date.now();
+      serverOffsetMs = Math.abs(offset) > 1500 ? offset : 0; // the header has whole seconds only
+    }
+  }
+
+  function showNotice(text, kind) {
+    var notice = $("notice");
+    notice.textContent = text;
+    notice.className = "notice " + (kind || "info");
+    notice.hidden = !text;
+  }
+
+  function httpWords(http, data) {
+    var words = HTTP_WORDS[http] || ("The shop answered HTTP " + http + ".");
+    if (data && data.detail && http !== 0 && http !== 503) words += " " + data.detail;
+    return words;
+  }
+
+  function slug(http, data) {
+    var status = data && data.status ? data.status : "no answer";
+    var code = data && typeof data.code === "number" ? data.code : http;
+    return status + " (code " + code + (http && http !== 200 ? ", HTTP " + http : "") + ")";
+  }
+
+  // --- the demo shopper and its token -------------------------------------------------------------------
+
+  function loadStoredShopper() {
+    try {
+      var stored = JSON.parse(window.localStorage.getItem(STORE_KEY) || "null");
+      if (stored && typeof stored.user_id === "string" && typeof stored.token === "string") return stored;
+    } catch (e) { /* unreadable: start over */ }
+    return null;
+  }
+
+  function renewMarginMs(s) { return Math.max(30, Math.floor((s.ttl || 600) / 5)) * 1000; }
+
+  function tokenFresh(s) { return s && s.expires * 1000 - Date.now() > renewMarginMs(s); }
+
+  function requestShopper(userId) {
+    // One request at a time: every caller waits for the same answer.
+    if (shopperRequest) return shopperRequest;
+    shopperRequest = fetch(TOKEN_URL, {
+      method: "POST",
+      headers: { "Content-Type": "application/json", Accept: "application/json" },
+      body: JSON.stringify(userId ? { user_id: userId } : {}),
+      cache: "no-store"
+    }).then(function (response) {
+      if (response.status === 404 || response.status === 405) {
+        demoUnavailable = true;
+        return null;
+      }
+      if (response.status === 400 && userId) {
+        return null; // not a demo id we may renew: the caller starts a new shopper
+      }
+      if (!response.ok) throw new Error("HTTP " + response.status);
+      return response.json();
+    }).then(function (data) {
+      if (data && data.token) {
+        shopper = { user_id: data.user_id, token: data.token, expires: data.expires, ttl: data.ttl };
+        window.localStorage.setItem(STORE_KEY, JSON.stringify(shopper));
+        scheduleRenewal();
+      }
+      return data;
+    }).finally(function () { shopperRequest = null; });
+    return shopperRequest;
+  }
+
+  function scheduleRenewal() {
+    if (renewTimer) window.clearTimeout(renewTimer);
+    if (!shopper) return;
+    var due = shopper.expires * 1000 - renewMarginMs(shopper) - Date.now();
+    renewTimer = window.setTimeout(function () { ensureToken(true).catch(function () {}); }, Math.max(due, 1000));
+  }
+
+  // Resolve to true when `shopper` holds a usable token.
+  function ensureToken(force) {
+    if (demoUnavailable) return Promise.resolve(false);
+    if (!force && tokenFresh(shopper)) return Promise.resolve(true);
+    var userId = shopper ? shopper.user_id : null;
+    return requestShopper(userId).then(function (data) {
+      if (data && data.token) return true;
+      if (demoUnavailable) { showDemoUnavailable(); return false; }
+      if (userId) return requestShopper(null).then(function (fresh) { return !!(fresh && fresh.token); });
+      return false;
+    });
+  }
+
+  function showDemoUnavailable() {
+    showShopper();
+    showNotice("The demo shopper is only available in development (DEBUG on, or COUPONS_DEMO_TOKENS=true): " +
+      "campaigns are shown, but grabbing and checkout need a shopper token, which a real shop mints in its own " +
+      "backend.", "warn");
+    renderCampaigns();
+    renderCoupons();
+  }
+
+  function showShopper() {
+    $("shopper-id").textContent = demoUnavailable ? "no demo shopper" : shopper ? shopper.user_id : "…";
+    $("new-shopper").disabled = demoUnavailable || !shopper;
+    $("checkout-amount").disabled = demoUnavailable;
+  }
+
+  function startShopper(fresh) {
+    if (fresh) {
+      window.localStorage.removeItem(STORE_KEY);
+      shopper = null;
+      coupons = [];
+      renderCoupons();
+      resetCheckoutResult();
+      Object.keys(cards).forEach(function (id) {
+        var result = cards[id].els.result;
+        result.textContent = "";
+        result.className = "claim-result";
+        delete result.dataset.claimId;
+        delete result.dataset.couponCode;
+      });
+    }
+    return ensureToken(false).then(function (ok) {
+      showShopper();
+      if (ok) {
+        showNotice("", "");
+        refreshCoupons();
+        renderCampaigns();
+      }
+      return ok;
+    }).catch(function () {
+      showNotice("Could not get a demo shopper from the server: retrying…", "error");
+      window.setTimeout(function () { startShopper(false); }, 3000);
+      return false;
+    });
+  }
+
+  // --- calling the API ----------------------------------------------------------------------------------
+
+  function api(method, path, options) {
+    options = options || {};
+    var attempt = function (retried) {
+      var ready = options.auth === false ? Promise.resolve(true) : ensureToken(false);
+      return ready.then(function (ok) {
+        if (!ok && options.auth !== false) return { http: 401, data: { code: 401, status: "unauthenticated" } };
+        var headers = { Accept: "application/json" };
+        if (options.auth !== false) {
+          headers["X-User-Id"] = shopper.user_id;
+          headers["X-Token"] = shopper.token;
+        }
+        if (options.body !== undefined) headers["Content-Type"] = "application/json";
+        if (options.idempotencyKey) headers["Idempotency-Key"] = options.idempotencyKey;
+        return fetch(API + path, {
+          method: method, headers: headers, cache: "no-store",
+          body: options.body === undefined ? undefined : JSON.stringify(options.body)
+        }).then(function (response) {
+          noteServerTime(response);
+          return response.json().catch(function () { return null; }).then(function (data) {
+            return { http: response.status, data: data || {}, replayed: response.headers.get("Idempotent-Replayed") };
+          });
+        }, function () {
+          return { http: 0, data: { status: "network_error" } };
+        }).then(function (answer) {
+          if (answer.http === 401 && options.auth !== false && !retried) {
+            // Same Idempotency-Key on the retry: a 401 decided nothing and was not stored.
+            return ensureToken(true).then(function (ok) { return ok ? attempt(true) : answer; });
+          }
+          return answer;
+        });
+      });
+    };
+    return attempt(false);
+  }
+
+  // --- campaigns ----------------------------------------------------------------------------------------
+
+  function money(amount, currency) { return amount + " " + currency; }
+
+  function dealText(item) {
+    var min = parseFloat(item.min_spend) > 0 ? " on orders of " + money(item.min_spend, item.currency) + " or more" : "";
+    if (item.discount_type === "percent") {
+      var cap = item.max_discount ? " (at most " + money(item.max_discount, item.currency) + ")" : "";
+      return parseFloat(item.discount_value) + "% off" + cap + min;
+    }
+    return money(item.discount_value, item.currency) + " off" + min;
+  }
+
+  function duration(ms) {
+    var s = Math.max(0, Math.floor(ms / 1000));
+    var d = Math.floor(s / 86400), h = Math.floor((s % 86400) / 3600), m = Math.floor((s % 3600) / 60);
+    var sec = s % 60;
+    var pad = function (n) { return (n < 10 ? "0" : "") + n; };
+    if (d > 0) return d + "d " + h + "h " + pad(m) + "m";
+    if (h > 0) return h + "h " + pad(m) + "m " + pad(sec) + "s";
+    if (m > 0) return m + "m " + pad(sec) + "s";
+    return sec + "s";
+  }
+
+  // The state the page shows: the server's, moved on by the clock between two polls.
+  function effectiveState(c) {
+    var t = now();
+    if (t >= Date.parse(c.ends_at)) return "ended";
+    if (c.state === "paused") return "paused";
+    if (t >= Date.parse(c.starts_at)) return "live";
+    return "scheduled";
+  }
+
+  function buildCard(c) {
+    var els = {
+      name: el("h3", { "data-testid": "campaign-name" }),
+      state: el("span", { "data-testid": "campaign-state", className: "badge" }),
+      deal: el("p", { "data-testid": "campaign-deal", className: "deal" }),
+      remaining: el("strong", { "data-testid": "remaining" }),
+      total: el("span", { "data-testid": "total-stock" }),
+      bar: el("span", { className: "fill" }),
+      countdown: el("p", { "data-testid": "countdown", className: "countdown" }),
+      window: el("p", { "data-testid": "campaign-window", className: "window" }),
+      grab: el("button", { type: "button", "data-testid": "grab", className: "grab", text: "Grab" }),
+      result: el("p", { "data-testid": "claim-result", className: "claim-result", "aria-live": "polite" })
+    };
+    var stock = el("p", { className: "stock" }, els.remaining, document.createTextNode(" of "), els.total,
+      document.createTextNode(" left"));
+    var root = el("article", { className: "card", id: "campaign-" + c.id, "data-testid": "campaign",
+      "data-campaign-id": String(c.id) },
+      el("div", { className: "card-head" }, els.name, els.state),
+      els.deal, stock, el("div", { className: "bar" }, els.bar), els.countdown, els.window, els.grab, els.result);
+    els.grab.addEventListener("click", function () { grab(c.id, els); });
+    return { root: root, els: els };
+  }
+
+  function renderCampaigns() {
+    var container = $("campaigns");
+    var seen = {};
+    campaigns.forEach(function (c, index) {
+      seen[c.id] = true;
+      var card = cards[c.id];
+      if (!card) {
+        card = cards[c.id] = buildCard(c);
+      }
+      if (container.children[index] !== card.root) { // the server's order (soonest first)
+        container.insertBefore(card.root, container.children[index] || null);
+      }
+      updateCard(c, card.els);
+    });
+    Object.keys(cards).forEach(function (id) {
+      if (!seen[id]) { cards[id].root.remove(); delete cards[id]; }
+    });
+    $("campaigns-empty").hidden = campaigns.length > 0 || !$("campaigns-error").hidden;
+  }
+
+  function updateCard(c, els) {
+    var state = effectiveState(c);
+    els.name.textContent = c.name;
+    els.state.textContent = STATE_WORDS[state] || state;
+    els.state.className = "badge " + state;
+    els.deal.textContent = dealText(c) + " · " + c.per_user_limit + " per shopper";
+    els.remaining.textContent = c.remaining === null ? "?" : String(c.remaining);
+    els.total.textContent = String(c.total_stock);
+    var share = c.remaining === null || !c.total_stock ? 0 : Math.min(1, c.remaining / c.total_stock);
+    els.bar.style.width = (share * 100).toFixed(1) + "%";
+    var t = now();
+    if (state === "scheduled") els.countdown.textContent = "Opens in " + duration(Date.parse(c.starts_at) - t);
+    else if (state === "ended") els.countdown.textContent = "Ended";
+    else els.countdown.textContent = "Ends in " + duration(Date.parse(c.ends_at) - t);
+    els.window.textContent = new Date(c.starts_at).toLocaleString() + " → " + new Date(c.ends_at).toLocaleString();
+    var soldOut = c.remaining === 0;
+    if (!els.grab.dataset.busy) {
+      els.grab.disabled = demoUnavailable || !shopper || state !== "live" || soldOut;
+      els.grab.textContent = soldOut ? "Sold out" : state === "scheduled" ? "Not open yet"
+        : state === "paused" ? "Paused" : state === "ended" ? "Ended" : "Grab";
+    }
+  }
+
+  function tickCountdowns() {
+    campaigns.forEach(function (c) { if (cards[c.id]) updateCard(c, cards[c.id].els); });
+  }
+
+  function refreshCampaigns() {
+    if (busy.campaigns) return Promise.resolve();
+    busy.campaigns = true;
+    return api("GET", "/campaigns", { auth: false }).then(function (answer) {
+      var error = $("campaigns-error");
+      if (answer.http === 200 && Array.isArray(answer.data.results)) {
+        campaigns = answer.data.results;
+        error.hidden = true;
+      } else {
+        error.textContent = "Can't load the campaigns right now: " + httpWords(answer.http, answer.data) +
+          " Retrying…";
+        error.hidden = false;
+      }
+      renderCampaigns();
+    }).finally(function () { busy.campaigns = false; });
+  }
+
+  function grab(campaignId, els) {
+    var key = "grab-" + randomId(); // one key per click: a network retry of this click can't claim twice
+    els.grab.dataset.busy = "1";
+    els.grab.disabled = true;
+    els.grab.textContent = "Grabbing…";
+    els.result.className = "claim-result";
+    els.result.textContent = "";
+    api("POST", "/campaigns/" + campaignId + "/claim", { idempotencyKey: key }).then(function (answer) {
+      var data = answer.data;
+      if (answer.http === 200 && data.code === 0) {
+        els.result.className = "claim-result ok";
+        els.result.textContent = CLAIM_WORDS.claimed;
+        els.result.dataset.claimId = data.claim_id;
+        followClaim(data.claim_id, els);
+      } else if (answer.http === 200) {
+        els.result.className = "claim-result refused";
+        els.result.textContent = (CLAIM_WORDS[data.status] || "Not claimed.") + " [" + slug(200, data) + "]";
+      } else {
+        els.result.className = "claim-result error";
+        els.result.textContent = httpWords(answer.http, data) + " [" + slug(answer.http, data) + "]";
+      }
+    }).finally(function () {
+      delete els.grab.dataset.busy;
+      refreshCampaigns(); // remaining goes down at once, not at the next poll
+    });
+  }
+
+  // A claim is an async order: poll it until the drain has made it a coupon in PostgreSQL.
+  function followClaim(claimId, els) {
+    var started = Date.now();
+    var owner = shopper && shopper.user_id;
+    var poll = function () {
+      if (!shopper || shopper.user_id !== owner) return; // "New shopper" was pressed meanwhile
+      api("GET", "/claims/" + encodeURIComponent(claimId)).then(function (answer) {
+        var data = answer.data;
+        if (!shopper || shopper.user_id !== owner) return;
+        if (answer.http === 404) {
+          els.result.className = "claim-result error";
+          els.result.textContent = "This claim is unknown to the shop (" + claimId + ").";
+          return;
+        }
+        if (answer.http === 200 && data.status === "issued" && data.coupon) {
+          els.result.className = "claim-result ok";
+          els.result.textContent = "Coupon " + data.coupon.code + " is yours: see My coupons.";
+          els.result.dataset.couponCode = data.coupon.code;
+          refreshCoupons();
+          return;
+        }
+        if (answer.http === 200 && (data.status === "cancelled" || data.status === "failed")) {
+          els.result.className = "claim-result refused";
+          els.result.textContent = "The claim was " + data.status + ": no coupon was issued.";
+          return;
+        }
+        if (Date.now() - started > CLAIM_POLL_GIVE_UP_MS) {
+          els.result.textContent = "Your coupon is still being issued (claim " + claimId + "); it will appear " +
+            "under My coupons once it is.";
+          return;
+        }
+        if (answer.http === 200) els.result.textContent = "Claimed! Issuing your coupon… (claim " + claimId + ")";
+        window.setTimeout(poll, CLAIM_POLL_MS);
+      });
+    };
+    window.setTimeout(poll, CLAIM_POLL_MS);
+  }
+
+  // --- my coupons ---------------------------------------------------------------------------------------
+
+  function campaignName(id) {
+    for (var i = 0; i < campaigns.length; i++) if (campaigns[i].id === id) return campaigns[i].name;
+    return "Campaign #" + id;
+  }
+
+  function refreshCoupons() {
+    if (busy.coupons || !shopper || demoUnavailable) return Promise.resolve();
+    busy.coupons = true;
+    return api("GET", "/me/coupons?page_size=50").then(function (answer) {
+      if (answer.http === 200 && Array.isArray(answer.data.results)) {
+        coupons = answer.data.results;
+        renderCoupons();
+      }
+    }).finally(function () { busy.coupons = false; });
+  }
+
+  function renderCoupons() {
+    var body = $("coupons-body");
+    body.textContent = "";
+    coupons.forEach(function (c) {
+      var use = el("button", { type: "button", className: "link", "data-testid": "use-coupon", text: "Use" });
+      use.disabled = c.status !== "active";
+      use.addEventListener("click", function () {
+        $("checkout-coupon").value = c.code;
+        onCouponChosen();
+        $("checkout-amount").focus();
+      });
+      var status = el("span", { className: "status " + c.status, "data-testid": "coupon-status",
+        "data-status": c.status, text: COUPON_STATUS_WORDS[c.status] || c.status });
+      body.appendChild(el("tr", { "data-testid": "coupon", "data-code": c.code, id: "coupon-" + c.code },
+        el("td", {}, el("code", { "data-testid": "coupon-code", text: c.code })),
+        el("td", { text: campaignName(c.campaign_id) }),
+        el("td", { text: dealText(c) }),
+        el("td", {}, status),
+        el("td", { text: c.expires_at ? new Date(c.expires_at).toLocaleString() : "" }),
+        el("td", {}, use)));
+    });
+    $("coupons").hidden = coupons.length === 0;
+    $("coupons-empty").hidden = coupons.length > 0;
+    $("coupons-empty").textContent = demoUnavailable ? "Coupons need a demo shopper (development only)."
+      : "No coupons yet: grab one above.";
+    renderCheckoutChoices();
+  }
+
+  // --- the pretend checkout -----------------------------------------------------------------------------
+
+  function usableCoupons() { return coupons.filter(function (c) { return c.status === "active"; }); }
+
+  function findCoupon(code) {
+    for (var i = 0; i < coupons.length; i++) if (coupons[i].code === code) return coupons[i];
+    return null;
+  }
+
+  function renderCheckoutChoices() {
+    var select = $("checkout-coupon");
+    var chosen = select.value;
+    var usable = usableCoupons();
+    select.textContent = "";
+    if (usable.length === 0) {
+      select.appendChild(el("option", { value: "", text: "No usable coupon yet" }));
+    }
+    usable.forEach(function (c) {
+      select.appendChild(el("option", { value: c.code, text: c.code + " · " + dealText(c) }));
+    });
+    if (usable.some(function (c) { return c.code === chosen; })) select.value = chosen;
+    select.disabled = usable.length === 0;
+    onCouponChosen();
+  }
+
+  function onCouponChosen() {
+    var coupon = findCoupon($("checkout-coupon").value);
+    $("checkout-currency").textContent = coupon ? coupon.currency : "—";
+    $("checkout-submit").disabled = !coupon || coupon.status !== "active" || !!$("checkout").dataset.busy;
+  }
+
+  function resetCheckoutResult() {
+    $("checkout-result").hidden = true;
+  }
+
+  function showCheckoutResult(kind, message, statusText, figures) {
+    $("checkout-result").hidden = false;
+    $("checkout-result").className = "result " + kind;
+    $("checkout-message").textContent = message;
+    $("checkout-status").textContent = statusText;
+    $("checkout-figures").hidden = !figures;
+    if (figures) {
+      $("checkout-order").textContent = figures.order;
+      $("checkout-discount").textContent = figures.discount;
+      $("checkout-payable").textContent = figures.payable;
+    }
+  }
+
+  function checkout(event) {
+    event.preventDefault();
+    var coupon = findCoupon($("checkout-coupon").value);
+    var amount = $("checkout-amount").value.trim();
+    if (!coupon) return;
+    if (!amount) {
+      showCheckoutResult("refused", "Type the order amount first, e.g. 350.00.", "");
+      return;
+    }
+    var form = $("checkout");
+    form.dataset.busy = "1";
+    $("checkout-submit").disabled = true;
+    $("checkout-submit").textContent = "Paying…";
+    var order = { order_id: "demo-" + Date.now() + "-" + randomId().slice(0, 6), order_amount: amount,
+      currency: coupon.currency };
+    // One Idempotency-Key per click: a retry of this click can't use the coupon twice.
+    api("POST", "/coupons/" + encodeURIComponent(coupon.code) + "/redeem",
+      { body: order, idempotencyKey: "pay-" + randomId() }).then(function (answer) {
+      var data = answer.data;
+      if (answer.http === 200 && data.code === 0) {
+        showCheckoutResult("ok", USE_WORDS.redeemed + " Order " + order.order_id + ".", slug(200, data), {
+          order: money(amount, coupon.currency),
+          discount: money(data.discount, coupon.currency),
+          payable: money(data.payable, coupon.currency)
+        });
+      } else if (answer.http === 200) {
+        var words = USE_WORDS[data.status] || data.detail || "The coupon was not applied.";
+        if (data.status === "min_spend_not_met") {
+          words = "The order is below this coupon's minimum spend of " + money(coupon.min_spend, coupon.currency) +
+            ": add " + money((parseFloat(coupon.min_spend) - parseFloat(amount)).toFixed(2), coupon.currency) +
+            " more to use it.";
+          if (isNaN(parseFloat(amount))) words = USE_WORDS.min_spend_not_met;
+        }
+        showCheckoutResult("refused", words + " Nothing was charged.", slug(200, data));
+      } else {
+        showCheckoutResult("error", httpWords(answer.http, data), slug(answer.http, data));
+      }
+    }).finally(function () {
+      delete form.dataset.busy;
+      $("checkout-submit").textContent = "Pay with coupon";
+      refreshCoupons().then(onCouponChosen);
+    });
+  }
+
+  // --- start --------------------------------------------------------------------------------------------
+
+  function every(ms, fn) {
+    window.setInterval(function () { if (!document.hidden) fn(); }, ms);
+  }
+
+  document.addEventListener("DOMContentLoaded", function () {
+    shopper = loadStoredShopper();
+    showShopper();
+    $("new-shopper").addEventListener("click", function () { startShopper(true); });
+    $("checkout-coupon").addEventListener("change", onCouponChosen);
+    $("checkout").addEventListener("submit", checkout);
+    refreshCampaigns();
+    startShopper(false);
+    every(CAMPAIGNS_EVERY_MS, refreshCampaigns);
+    every(COUPONS_EVERY_MS, refreshCoupons);
+    every(250, tickCountdowns);
+    document.addEventListener("visibilitychange", function () {
+      if (!document.hidden) { refreshCampaigns(); refreshCoupons(); }
+    });
+  });
+})();

@@ -122,9 +122,17 @@ class CampaignAdmin(admin.ModelAdmin):
     def state_display(self, campaign: Campaign) -> str:
         return campaign.state.label
 
-    @admin.display(description="window", ordering="starts_at")
+    @admin.display(description="window (operator's zone)", ordering="starts_at")
     def window(self, campaign: Campaign) -> str:
-        return f"{operator_time(campaign.starts_at)} → {operator_time(campaign.ends_at)}"
+        start, end = timezone.localtime(campaign.starts_at), timezone.localtime(campaign.ends_at)
+        end_format = "%H:%M" if start.date() == end.date() else "%Y-%m-%d %H:%M"
+        return f"{start:%Y-%m-%d %H:%M} → {end.strftime(end_format)}"
+
+    def has_delete_permission(self, request: HttpRequest, obj: Campaign | None = None) -> bool:
+        # A published campaign has claims, coupons and an audit log: it ends, it is never deleted.
+        if obj is not None and obj.published_at is not None:
+            return False
+        return super().has_delete_permission(request, obj)
 
     @admin.display(description="remaining (live)")
     def remaining_display(self, campaign: Campaign) -> str:

@@ -11,6 +11,10 @@ from .health import healthz, readyz
 from .metrics import metrics
 from .storefront import storefront_urls
 
+admin.site.site_header = "couponrush operators"
+admin.site.site_title = "couponrush"
+admin.site.index_title = "Campaigns, coupons, claims and the jobs that keep them right"
+
 api = "api/v1/"
 urlpatterns = [
     *storefront_urls(),  # "/" the demo storefront; "dev/demo-shopper" only when demo tokens are allowed

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
@@ -91,7 +92,12 @@ def parse_id(text: str) -> int:
 
 def idempotency_key(request: HttpRequest, *, required: bool = False) -> str | None:
     """Return the request's Idempotency-Key, None when absent (and allowed); raise BadRequest when bad."""
-    key = request.META.get("HTTP_IDEMPOTENCY_KEY")
+    return idempotency_key_of(request.META, required=required)
+
+
+def idempotency_key_of(meta: Mapping[str, Any], *, required: bool = False) -> str | None:
+    """idempotency_key() on a WSGI environ."""
+    key = meta.get("HTTP_IDEMPOTENCY_KEY")
     if key is None:
         if required:
             raise BadRequest("An Idempotency-Key header is required.")
@@ -103,20 +109,30 @@ def idempotency_key(request: HttpRequest, *, required: bool = False) -> str | No
 
 def json_object_body(request: HttpRequest, *, allow_empty: bool = True) -> dict[str, Any]:
     """Return the JSON object in the request body, checking size and media type first."""
-    length_text = request.META.get("CONTENT_LENGTH") or "0"
+    return json_object_of(request.META, lambda: request.body, allow_empty=allow_empty)
+
+
+def json_object_of(meta: Mapping[str, Any], read_body: Callable[[], bytes], *, allow_empty: bool = True
+                   ) -> dict[str, Any]:
+    """json_object_body() on a WSGI environ and a function that reads the body (called once, if at all)."""
+    length_text = meta.get("CONTENT_LENGTH") or "0"
     if CONTENT_LENGTH_RE.fullmatch(length_text) is None:
         raise BadRequest("Bad Content-Length.")
     if int(length_text) > MAX_BODY_BYTES:
         raise PayloadTooLarge()
+    if int(length_text) == 0 and "chunked" not in (meta.get("HTTP_TRANSFER_ENCODING") or "").lower():
+        return {}  # nothing to read (the common claim: no body at all)
     try:
-        raw = request.body
+        raw = read_body()
     except RequestDataTooBig as exc:
         raise PayloadTooLarge() from exc
+    if len(raw) > MAX_BODY_BYTES:
+        raise PayloadTooLarge()
     if not raw.strip():
         if allow_empty:
             return {}
         raise BadRequest("A JSON object body is required.")
-    content_type = request.META.get("CONTENT_TYPE", "").split(";")[0].strip().lower()
+    content_type = (meta.get("CONTENT_TYPE") or "").split(";")[0].strip().lower()
     if content_type not in ("application/json", ""):
         raise UnsupportedMediaType()
     try:
@@ -130,7 +146,12 @@ def json_object_body(request: HttpRequest, *, allow_empty: bool = True) -> dict[
 
 def shopper_id(request: HttpRequest) -> str:
     """Return the authenticated shopper's user id, or raise Unauthenticated (no database involved)."""
-    user_id = authenticate(request.META.get("HTTP_X_USER_ID"), request.META.get("HTTP_X_TOKEN"))
+    return authenticated_user(request.META)
+
+
+def authenticated_user(meta: Mapping[str, Any]) -> str:
+    """shopper_id() on a WSGI environ."""
+    user_id = authenticate(meta.get("HTTP_X_USER_ID"), meta.get("HTTP_X_TOKEN"))
     if user_id is None:
         raise Unauthenticated()
     return user_id

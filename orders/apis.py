@@ -1,6 +1,9 @@
 """Storefront API of claims: the claim itself (the hot path) and reading a claim back."""
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from typing import Any
+
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
@@ -16,13 +19,14 @@ from config.api import (
     BadRequest,
     ShopperApi,
     ShopperTokenAuthentication,
-    application_error_response,
+    authenticated_user,
     body_of,
+    error_headers,
     idempotency_key,
-    json_object_body,
+    idempotency_key_of,
+    json_object_of,
     json_response,
     parse_id,
-    shopper_id,
 )
 from coupons.apis import CouponOutputSerializer, answer_response
 from coupons.idempotency import Answer, run_idempotent
@@ -35,25 +39,33 @@ from .services import claim_cancel, claim_create
 REPLAYED = {"Idempotent-Replayed": "true"}
 
 
-@csrf_exempt
-def campaign_claim(request: HttpRequest, campaign_id: str) -> HttpResponse:
-    """POST /api/v1/campaigns/{id}/claim: token check in memory, one Lua script, the answer.
+def claim_answer(meta: Mapping[str, Any], campaign_id_text: str, read_body: Callable[[], bytes]
+                 ) -> tuple[int, dict[str, Any], dict[str, str]]:
+    """Answer a claim request: (HTTP status, JSON body, extra headers). The one implementation of the claim
+    endpoint, used by the Django view and by the WSGI fast path (config/fastpath.py).
 
-    A plain Django view rather than DRF: this is the path tens of thousands of shoppers hit at once, and
-    it does nothing the contract does not need. Documented in OpenAPI through CLAIM_OPERATION below.
+    `meta` is the WSGI environ (Django's request.META is the same mapping).
     """
-    if request.method != "POST":
-        return json_response(body_of(405, "method_not_allowed", "Use POST."), 405, {"Allow": "POST"})
     try:
-        user_id = shopper_id(request)
-        campaign = parse_id(campaign_id)
-        key = idempotency_key(request)
-        json_object_body(request)
+        user_id = authenticated_user(meta)
+        campaign = parse_id(campaign_id_text)
+        key = idempotency_key_of(meta)
+        json_object_of(meta, read_body)
         outcome = claim_create(campaign_id=campaign, user_id=user_id, idempotency_key=key)
     except ApplicationError as exc:
-        return application_error_response(exc)
+        return exc.http_status, body_of(exc.code, exc.status, exc.message, **exc.extra), error_headers(exc.http_status)
     body = {"code": outcome.code, "status": outcome.status, "claim_id": outcome.claim_id, "campaign_id": campaign}
-    return json_response(body, 200, REPLAYED if outcome.replayed else None)
+    return 200, body, (REPLAYED if outcome.replayed else {})
+
+
+@csrf_exempt
+def campaign_claim(request: HttpRequest, campaign_id: str) -> HttpResponse:
+    """POST /api/v1/campaigns/{id}/claim through Django (the fast path answers it before Django does when
+    the server runs config.wsgi:application). Documented in OpenAPI through CLAIM_OPERATION below."""
+    if request.method != "POST":
+        return json_response(body_of(405, "method_not_allowed", "Use POST."), 405, {"Allow": "POST"})
+    status, body, headers = claim_answer(request.META, campaign_id, lambda: request.body)
+    return json_response(body, status, headers)
 
 
 _CLAIM_EXAMPLES = {

@@ -30,7 +30,8 @@ def describe_periodic_jobs(**kwargs: Any) -> None:
         note = JOB_NOTES.get(name, "")
         task = PeriodicTask.objects.filter(name=name).first()
         if task is None:
-            interval, _ = IntervalSchedule.objects.get_or_create(every=int(entry["schedule"]),
+            seconds: Any = entry["schedule"]
+            interval, _ = IntervalSchedule.objects.get_or_create(every=int(seconds),
                                                                  period=IntervalSchedule.SECONDS)
             PeriodicTask.objects.create(name=name, task=entry["task"], interval=interval, description=note)
         elif task.description != note:

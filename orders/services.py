@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, close_old_connections, connection, transaction
 from django.db.models import Count
 from django.utils import timezone
 
@@ -73,6 +73,9 @@ def _campaign_facts(campaign_id: int) -> _CampaignFacts:
     cached = _facts.get(campaign_id)
     if cached is not None and now - cached[0] < _FACTS_TTL_SECONDS:
         return cached[1]
+    # The claim's fast path skips Django's request cycle, which would retire broken or stale connections.
+    if not connection.in_atomic_block:
+        close_old_connections()
     row = Campaign.objects.published().filter(pk=campaign_id).values("ends_at", "preheated_at").first()
     facts = (
         _CampaignFacts(exists=False)

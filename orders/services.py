@@ -90,6 +90,15 @@ def _campaign_facts(campaign_id: int) -> _CampaignFacts:
 
 def forget_campaign_facts() -> None:
     _facts.clear()
+    _sold_out_until.clear()
+
+
+# After a campaign sells out, claims without an Idempotency-Key are answered from this process's memory
+# for a moment, without a Redis round trip (a storm goes on long after the last coupon). Short-lived, so
+# stock given back (a cancel, a restock) is sold again within the second. A claim with a key always asks
+# Redis: its first answer may have been 'claimed', and a repeat must replay it.
+_SOLD_OUT_FOR_SECONDS = 0.5
+_sold_out_until: dict[int, float] = {}
 
 
 def claim_create(*, campaign_id: int, user_id: str, idempotency_key: str | None) -> ClaimOutcome:
@@ -98,6 +107,8 @@ def claim_create(*, campaign_id: int, user_id: str, idempotency_key: str | None)
     Raise NotFound (unknown or unpublished campaign) or Unavailable (Redis down, or the campaign's state
     lost from Redis and not yet rebuilt). Ids must be validated by the caller.
     """
+    if idempotency_key is None and _sold_out_until.get(campaign_id, 0.0) > time.monotonic():
+        return ClaimOutcome(ClaimCode.SOLD_OUT, CLAIM_STATUSES[ClaimCode.SOLD_OUT], campaign_id, None)
     try:
         result: redis_state.ClaimResult | None = redis_state.run_claim(
             campaign_id=campaign_id, user_id=user_id, idempotency_key=idempotency_key
@@ -111,6 +122,10 @@ def claim_create(*, campaign_id: int, user_id: str, idempotency_key: str | None)
         raise Unavailable() from exc
     if result.trigger_drain:
         drain_trigger.request(campaign_id)
+    if result.code == ClaimCode.SOLD_OUT:
+        if len(_sold_out_until) > 10_000:
+            _sold_out_until.clear()
+        _sold_out_until[campaign_id] = time.monotonic() + _SOLD_OUT_FOR_SECONDS
     claimed = result.code == ClaimCode.CLAIMED
     return ClaimOutcome(
         code=int(result.code),

@@ -184,3 +184,23 @@ def test_drain_flag_expires_so_a_lost_trigger_is_sent_again(live_campaign) -> No
     claim(campaign)
     ttl = redis_client().pttl(campaign_keys(campaign.pk).drain)
     assert 0 < ttl <= settings.COUPONS_DRAIN_TRIGGER_TTL_MS
+
+
+def test_after_a_sell_out_claims_without_a_key_are_answered_from_memory_for_half_a_second(live_campaign) -> None:
+    import time as clock
+
+    from orders.services import claim_create
+
+    campaign = live_campaign(total_stock=1, per_user_limit=1)
+    assert claim_create(campaign_id=campaign.pk, user_id="ann", idempotency_key=None).status == "claimed"
+    assert claim_create(campaign_id=campaign.pk, user_id="bob", idempotency_key=None).status == "sold_out"
+    redis_client().set(campaign_keys(campaign.pk).stock, 1)  # stock comes back (say, a cancel)
+
+    from_memory = claim_create(campaign_id=campaign.pk, user_id="cid", idempotency_key=None)
+    with_a_key = claim_create(campaign_id=campaign.pk, user_id="dan", idempotency_key="k")  # asks Redis
+    redis_client().set(campaign_keys(campaign.pk).stock, 1)
+    clock.sleep(0.55)
+    later = claim_create(campaign_id=campaign.pk, user_id="eve", idempotency_key=None)
+
+    assert (from_memory.status, with_a_key.status, later.status) == ("sold_out", "claimed", "claimed")
+    assert redis_client().hget(campaign_keys(campaign.pk).users, "cid") is None  # Redis never saw cid

@@ -26,7 +26,7 @@ from .services import MAX_STOCK_ADDED, campaign_add_stock, campaign_pause, campa
 
 # Fields that, once a campaign is loaded into Redis, would break its balance if edited in place: they
 # change only through actions (restock, extend end).
-LIVE_LOCKED = ["starts_at", "ends_at", "total_stock", "per_user_limit", "discount_type", "discount_value",
+LIVE_LOCKED = ["starts_at", "ends_at", "total_stock", "per_user_limit", "rate_limit", "discount_type", "discount_value",
                "max_discount", "min_spend", "currency", "valid_from", "valid_until", "valid_days", "audience"]
 
 
@@ -97,7 +97,8 @@ class CampaignAdmin(admin.ModelAdmin):
     actions = ["publish", "pause", "resume", "extend_end", "extend_validity", "restock", "reconcile_now"]
     change_form_template = "admin/campaigns/campaign/change_form.html"
     fieldsets = [
-        (None, {"fields": ["name", "starts_at", "ends_at", "total_stock", "per_user_limit", "paused"]}),
+        (None, {"fields": ["name", "starts_at", "ends_at", "total_stock", "per_user_limit", "rate_limit",
+                           "paused"]}),
         ("Coupon rule", {"fields": ["discount_type", "discount_value", "max_discount", "min_spend", "currency",
                                     "valid_from", "valid_until", "valid_days", "audience"]}),
         ("Lifecycle", {"fields": ["published_at", "preheated_at", "created_at", "updated_at"]}),

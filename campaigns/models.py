@@ -55,6 +55,10 @@ class Campaign(models.Model):
     total_stock = models.PositiveIntegerField()
     per_user_limit = models.PositiveIntegerField(default=1, validators=[MinValueValidator(1)])
     paused = models.BooleanField(default=False)
+    rate_limit = models.PositiveIntegerField(
+        null=True, blank=True,
+        help_text="Claims this campaign admits per second (others get 429). Empty: 10 x its stock, at least 1,000.",
+    )
     published_at = models.DateTimeField(null=True, blank=True, help_text="Unset while a draft.")
     preheated_at = models.DateTimeField(
         null=True, blank=True, editable=False, help_text="When its state was first loaded into Redis."
@@ -142,6 +146,11 @@ class Campaign(models.Model):
         if at < self.starts_at:
             return CampaignState.SCHEDULED
         return CampaignState.LIVE
+
+    @property
+    def admits_per_second(self) -> int:
+        """The campaign's claim rate limit: as set, or about 10 times its stock (the seed's advice)."""
+        return self.rate_limit if self.rate_limit else max(1000, 10 * self.total_stock)
 
     @property
     def state(self) -> CampaignState:

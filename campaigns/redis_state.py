@@ -9,6 +9,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import threading
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -34,6 +35,7 @@ class ClaimCode(enum.IntEnum):
     ENDED = 4
     PAUSED = 5
     NO_STATE = -1
+    RATE_LIMITED = -2
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +47,10 @@ class CampaignKeys:
     ledger: str
     drain: str
     cancelled: str
+
+    def rate(self, window: int, who: str = "c") -> str:
+        """The counter of one second (`window`, unix seconds) for the campaign ("c"), a shopper or an IP."""
+        return f"cpn:{{c{self.campaign_id}}}:rl:{window}:{who}"
 
     def idempotency(self, user_id: str, key: str) -> str:
         digest = hashlib.sha256(key.encode()).hexdigest()[:32]
@@ -132,18 +138,28 @@ class ClaimResult:
     trigger_drain: bool
 
 
-def run_claim(*, campaign_id: int, user_id: str, idempotency_key: str | None) -> ClaimResult:
-    """Run the claim script for a validated campaign id and user id. Raise StoreUnavailable."""
+def run_claim(
+    *, campaign_id: int, user_id: str, idempotency_key: str | None, client_ip: str | None = None
+) -> ClaimResult:
+    """Run the claim script for a validated campaign id, user id and (normalized) client IP.
+
+    Raise StoreUnavailable.
+    """
     keys = campaign_keys(campaign_id)
     idem_key = keys.idempotency(user_id, idempotency_key) if idempotency_key is not None else keys.no_idempotency
+    window = int(time.time())
+    ip_limit = settings.COUPONS_RATE_LIMIT_IP_PER_SECOND if client_ip else 0
     try:
         code, ledger_id, flags = scripts().claim(
-            keys=[keys.meta, keys.stock, keys.users, keys.ledger, idem_key, keys.drain],
+            keys=[keys.meta, keys.stock, keys.users, keys.ledger, idem_key, keys.drain, keys.rate(window),
+                  keys.rate(window, f"u:{user_id}"), keys.rate(window, f"i:{client_ip or '-'}")],
             args=[
                 user_id,
                 "1" if idempotency_key is not None else "0",
                 settings.COUPONS_IDEMPOTENCY_TTL_SECONDS * 1000,
                 settings.COUPONS_DRAIN_TRIGGER_TTL_MS,
+                settings.COUPONS_RATE_LIMIT_SHOPPER_PER_SECOND,
+                ip_limit,
             ],
         )
     except redis.RedisError as exc:
@@ -171,6 +187,7 @@ def load_state(
     expire_at: datetime,
     initial_stock: int | None,
     last_ledger_id: str = "0-0",
+    rate_limit: int = 1000,
 ) -> tuple[bool, int | None]:
     """Write a campaign's settings (and its stock, if missing and given) and move every key's expiry.
 
@@ -190,6 +207,7 @@ def load_state(
                 "" if initial_stock is None else initial_stock,
                 DRAIN_GROUP,
                 last_ledger_id,
+                rate_limit,
             ],
         )
     except redis.RedisError as exc:

@@ -112,6 +112,7 @@ def _preheat(campaign: Campaign) -> PreheatResult:
             total_stock=campaign.total_stock,
             expire_at=keys_expire_at(campaign),
             initial_stock=campaign.total_stock if first_load else None,
+            rate_limit=campaign.admits_per_second,
         )
     except redis_state.StoreUnavailable as exc:
         raise Unavailable() from exc

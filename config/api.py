@@ -2,11 +2,13 @@
 id and Idempotency-Key parsing, the one exception handler, and OpenAPI post-processing."""
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.http import Http404, HttpRequest, HttpResponse
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
@@ -142,6 +144,20 @@ def json_object_of(meta: Mapping[str, Any], read_body: Callable[[], bytes], *, a
     if not isinstance(document, dict):
         raise BadRequest("The body must be a JSON object.")
     return document
+
+
+def client_ip(meta: Mapping[str, Any]) -> str | None:
+    """Return the client's address, normalized, for the per-IP limit: REMOTE_ADDR, or the address the
+    COUPONS_TRUSTED_PROXY_HOPS-th trusted proxy saw (X-Forwarded-For). None when it is not an address."""
+    hops = settings.COUPONS_TRUSTED_PROXY_HOPS
+    candidate = meta.get("REMOTE_ADDR")
+    if hops > 0:
+        forwarded = [part.strip() for part in (meta.get("HTTP_X_FORWARDED_FOR") or "").split(",") if part.strip()]
+        candidate = forwarded[-hops] if len(forwarded) >= hops else None
+    try:
+        return str(ipaddress.ip_address(candidate)) if candidate else None
+    except ValueError:
+        return None
 
 
 def shopper_id(request: HttpRequest) -> str:

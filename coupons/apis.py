@@ -2,10 +2,14 @@
 from __future__ import annotations
 
 import re
+import time
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
+from django.conf import settings
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
+from redis import RedisError
 from rest_framework import serializers
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.permissions import IsAuthenticated
@@ -13,8 +17,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from campaigns.errors import NotFound
+from campaigns.errors import ApplicationError, NotFound
 from campaigns.money import InvalidAmount, parse_amount, parse_currency
+from campaigns.redis_state import redis_client
 from config.api import BadRequest, ShopperApi, ShopperTokenAuthentication, idempotency_key
 
 from .codes import normalize_code
@@ -130,12 +135,53 @@ def hold_seconds_from(data: dict[str, Any]) -> int:
     return value
 
 
-def coupon_endpoint(code: str, action: str) -> tuple[str, str]:
-    """Return (canonical code, idempotency endpoint); a code that can't exist is the same 404 as unknown."""
+def coupon_endpoint(code: str, action: str, user_id: str) -> tuple[str, str]:
+    """Return (canonical code, idempotency endpoint); a code that can't exist is the same 404 as unknown
+    (and counts as a miss)."""
     canonical = normalize_code(code)
     if canonical is None:
+        guarded_by_misses(user_id, _not_found)()  # raises: TooManyMisses or NotFound
         raise NotFound("No such coupon.")
     return canonical, f"POST /api/v1/coupons/{canonical}/{action}"
+
+
+class TooManyMisses(ApplicationError):
+    http_status = 429
+    code = 429
+    status = "rate_limited"
+    message = "Too many unknown coupon codes from this shopper; retry in a minute."
+
+
+def _misses_key(user_id: str) -> str:
+    return f"cr:code-misses:{user_id}:{int(time.time() // 60)}"
+
+
+def _not_found() -> Answer:
+    raise NotFound("No such coupon.")
+
+
+def guarded_by_misses(user_id: str, execute: Callable[[], Answer]) -> Callable[[], Answer]:
+    """Refuse a shopper who tried too many unknown codes this minute; count each miss (codes resist guessing)."""
+
+    def run() -> Answer:
+        try:
+            if int(redis_client().get(_misses_key(user_id)) or 0) >= settings.COUPONS_CODE_MISSES_PER_MINUTE:
+                raise TooManyMisses()
+        except RedisError:
+            pass  # the guard fails open: the answer itself does not depend on Redis
+        try:
+            return execute()
+        except NotFound:
+            try:
+                pipe = redis_client().pipeline(transaction=True)
+                pipe.incr(_misses_key(user_id))
+                pipe.expire(_misses_key(user_id), 120)
+                pipe.execute()
+            except RedisError:
+                pass
+            raise
+
+    return run
 
 
 def answer_response(answer: Answer) -> Response:
@@ -190,10 +236,11 @@ class CouponRedeemApi(ShopperApi):
     def post(self, request: Request, code: str) -> Response:
         key = idempotency_key(request._request, required=True)
         order = order_from(self.body())
-        canonical, endpoint = coupon_endpoint(code, "redeem")
+        canonical, endpoint = coupon_endpoint(code, "redeem", self.user_id)
         return answer_response(run_idempotent(
             user_id=self.user_id, endpoint=endpoint, key=key, payload=asdict(order),
-            execute=lambda: Answer(200, coupon_redeem(user_id=self.user_id, code=canonical, order=order).body()),
+            execute=guarded_by_misses(self.user_id, lambda: Answer(
+                200, coupon_redeem(user_id=self.user_id, code=canonical, order=order).body())),
         ))
 
 
@@ -216,11 +263,11 @@ class CouponReserveApi(ShopperApi):
         key = idempotency_key(request._request, required=True)
         body = self.body()
         order, hold_seconds = order_from(body), hold_seconds_from(body)
-        canonical, endpoint = coupon_endpoint(code, "reserve")
+        canonical, endpoint = coupon_endpoint(code, "reserve", self.user_id)
         return answer_response(run_idempotent(
             user_id=self.user_id, endpoint=endpoint, key=key, payload={**asdict(order), "hold": hold_seconds},
-            execute=lambda: Answer(200, coupon_reserve(
-                user_id=self.user_id, code=canonical, order=order, hold_seconds=hold_seconds).body()),
+            execute=guarded_by_misses(self.user_id, lambda: Answer(200, coupon_reserve(
+                user_id=self.user_id, code=canonical, order=order, hold_seconds=hold_seconds).body())),
         ))
 
 
@@ -236,10 +283,11 @@ class CouponConfirmApi(ShopperApi):
     def post(self, request: Request, code: str) -> Response:
         key = idempotency_key(request._request)
         order_id = order_id_from(self.body())
-        canonical, endpoint = coupon_endpoint(code, "confirm")
+        canonical, endpoint = coupon_endpoint(code, "confirm", self.user_id)
         return answer_response(run_idempotent(
             user_id=self.user_id, endpoint=endpoint, key=key, payload={"order_id": order_id},
-            execute=lambda: Answer(200, coupon_confirm(user_id=self.user_id, code=canonical, order_id=order_id).body()),
+            execute=guarded_by_misses(self.user_id, lambda: Answer(
+                200, coupon_confirm(user_id=self.user_id, code=canonical, order_id=order_id).body())),
         ))
 
 
@@ -256,8 +304,9 @@ class CouponReleaseApi(ShopperApi):
     def post(self, request: Request, code: str) -> Response:
         key = idempotency_key(request._request)
         order_id = order_id_from(self.body())
-        canonical, endpoint = coupon_endpoint(code, "release")
+        canonical, endpoint = coupon_endpoint(code, "release", self.user_id)
         return answer_response(run_idempotent(
             user_id=self.user_id, endpoint=endpoint, key=key, payload={"order_id": order_id},
-            execute=lambda: Answer(200, coupon_release(user_id=self.user_id, code=canonical, order_id=order_id).body()),
+            execute=guarded_by_misses(self.user_id, lambda: Answer(
+                200, coupon_release(user_id=self.user_id, code=canonical, order_id=order_id).body())),
         ))

@@ -21,6 +21,7 @@ from config.api import (
     ShopperTokenAuthentication,
     authenticated_user,
     body_of,
+    client_ip,
     error_headers,
     idempotency_key,
     idempotency_key_of,
@@ -51,7 +52,7 @@ def claim_answer(meta: Mapping[str, Any], campaign_id_text: str, read_body: Call
         campaign = parse_id(campaign_id_text)
         key = idempotency_key_of(meta)
         json_object_of(meta, read_body)
-        outcome = claim_create(campaign_id=campaign, user_id=user_id, idempotency_key=key)
+        outcome = claim_create(campaign_id=campaign, user_id=user_id, idempotency_key=key, client_ip=client_ip(meta))
     except ApplicationError as exc:
         return exc.http_status, body_of(exc.code, exc.status, exc.message, **exc.extra), error_headers(exc.http_status)
     body = {"code": outcome.code, "status": outcome.status, "claim_id": outcome.claim_id, "campaign_id": campaign}
@@ -116,6 +117,10 @@ CLAIM_OPERATION = {
                 "examples": {name: {"value": value} for name, value in _CLAIM_EXAMPLES.items()},
             }},
         },
+        "429": {"description": "Rate limited: the campaign, the shopper or the address sent too many claims this "
+                               "second (Retry-After). Not stored under the Idempotency-Key.",
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"},
+                                                 "example": {"code": 429, "status": "rate_limited"}}}},
         "413": {"description": "Body too large.", "content": {"application/json": {
             "schema": {"$ref": "#/components/schemas/Error"}}}},
         "415": {"description": "Body is not JSON.", "content": {"application/json": {

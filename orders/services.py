@@ -17,7 +17,7 @@ from django.db.models import Count
 from django.utils import timezone
 
 from campaigns import redis_state
-from campaigns.errors import CampaignStateLost, NotFound, Unavailable
+from campaigns.errors import ApplicationError, CampaignStateLost, NotFound, Unavailable
 from campaigns.models import Campaign, CampaignEvent, CampaignEventType
 from campaigns.redis_state import ClaimCode, StoreUnavailable
 from campaigns.services import campaign_preheat, keys_expire_at
@@ -101,25 +101,36 @@ _SOLD_OUT_FOR_SECONDS = 0.5
 _sold_out_until: dict[int, float] = {}
 
 
-def claim_create(*, campaign_id: int, user_id: str, idempotency_key: str | None) -> ClaimOutcome:
+class RateLimited(ApplicationError):
+    http_status = 429
+    code = 429
+    status = "rate_limited"
+    message = "Too many claims this second (campaign, shopper or address); retry after a second."
+
+
+def claim_create(
+    *, campaign_id: int, user_id: str, idempotency_key: str | None, client_ip: str | None = None
+) -> ClaimOutcome:
     """Claim one coupon for a shopper: one Lua script in Redis; the drain persists it later.
 
-    Raise NotFound (unknown or unpublished campaign) or Unavailable (Redis down, or the campaign's state
-    lost from Redis and not yet rebuilt). Ids must be validated by the caller.
+    Raise NotFound (unknown or unpublished campaign), RateLimited, or Unavailable (Redis down, or the
+    campaign's state lost from Redis and not yet rebuilt). Ids and the IP must be validated by the caller.
     """
     if idempotency_key is None and _sold_out_until.get(campaign_id, 0.0) > time.monotonic():
         return ClaimOutcome(ClaimCode.SOLD_OUT, CLAIM_STATUSES[ClaimCode.SOLD_OUT], campaign_id, None)
     try:
         result: redis_state.ClaimResult | None = redis_state.run_claim(
-            campaign_id=campaign_id, user_id=user_id, idempotency_key=idempotency_key
+            campaign_id=campaign_id, user_id=user_id, idempotency_key=idempotency_key, client_ip=client_ip
         )
         if result is not None and result.code == ClaimCode.NO_STATE:
-            result = _claim_without_state(campaign_id, user_id, idempotency_key)
+            result = _claim_without_state(campaign_id, user_id, idempotency_key, client_ip)
         if result is None:
             return ClaimOutcome(ClaimCode.ENDED, CLAIM_STATUSES[ClaimCode.ENDED], campaign_id, None)
     except StoreUnavailable as exc:
         log.warning("claim on campaign %s: Redis unavailable: %s", campaign_id, exc)
         raise Unavailable() from exc
+    if result.code == ClaimCode.RATE_LIMITED:
+        raise RateLimited()
     if result.trigger_drain:
         drain_trigger.request(campaign_id)
     if result.code == ClaimCode.SOLD_OUT:
@@ -136,7 +147,9 @@ def claim_create(*, campaign_id: int, user_id: str, idempotency_key: str | None)
     )
 
 
-def _claim_without_state(campaign_id: int, user_id: str, key: str | None) -> redis_state.ClaimResult | None:
+def _claim_without_state(
+    campaign_id: int, user_id: str, key: str | None, client_ip: str | None
+) -> redis_state.ClaimResult | None:
     """Handle a campaign Redis knows nothing of; return None when it has ended."""
     facts = _campaign_facts(campaign_id)
     if not facts.exists:
@@ -150,7 +163,8 @@ def _claim_without_state(campaign_id: int, user_id: str, key: str | None) -> red
     campaign = Campaign.objects.get(pk=campaign_id)
     campaign_preheat(campaign=campaign)
     _facts.pop(campaign_id, None)
-    result = redis_state.run_claim(campaign_id=campaign_id, user_id=user_id, idempotency_key=key)
+    result = redis_state.run_claim(campaign_id=campaign_id, user_id=user_id, idempotency_key=key,
+                                   client_ip=client_ip)
     if result.code == ClaimCode.NO_STATE:
         raise CampaignStateLost()
     return result
@@ -387,6 +401,7 @@ def _rebuild(campaign: Campaign) -> int:
         expire_at=keys_expire_at(campaign),
         initial_stock=max(remaining, 0),
         last_ledger_id=f"{last[0]}-{last[1]}" if last else "0-0",
+        rate_limit=campaign.admits_per_second,
     )
     Campaign.objects.filter(pk=campaign.pk, preheated_at__isnull=True).update(preheated_at=timezone.now())
     figures = {"remaining": stock, "claims": sum(counts.values()), "given_back": len(cancelled)}

@@ -7,14 +7,21 @@ KEYS[3] users   hash    user id -> coupons this user claimed
 KEYS[4] ledger  stream  claims awaiting the drain into PostgreSQL (field u = user id)
 KEYS[5] idem    string  the stored answer "<code>:<ledger id>" for this (user, Idempotency-Key)
 KEYS[6] drain   string  flag: a drain trigger is already pending for this campaign
+KEYS[7] rate    string  claims this second for the campaign (limit: meta 'rate')
+KEYS[8] rate    string  claims this second by this shopper (limit ARGV[5])
+KEYS[9] rate    string  claims this second from this client IP (limit ARGV[6], 0 = no limit)
 ARGV[1] user id (validated by the caller)
 ARGV[2] "1" when the request carries an Idempotency-Key (KEYS[5] is then read and written), else "0"
 ARGV[3] how long an idempotent answer is kept, milliseconds
 ARGV[4] how long the drain-trigger flag lives, milliseconds
+ARGV[5] claims one shopper may send per second
+ARGV[6] claims one client IP may send per second (0: not limited)
 
 Returns {code, ledger_id, flags}
   code       0 claimed, 1 limit_reached, 2 sold_out, 3 not_started, 4 ended, 5 paused,
              -1 the campaign has no (complete) state in Redis: nothing was changed
+             -2 rate limited (the campaign, the shopper or the IP sent too many this second): nothing else
+                was changed, and the answer is not stored under the Idempotency-Key
   ledger_id  the stream entry id of the claim ("" unless claimed)
   flags      bit 1: this answer is a replay of an earlier one; bit 2: the caller must send a drain trigger
 --]]
@@ -26,10 +33,23 @@ if ARGV[2] == '1' then
   end
 end
 
-local meta = redis.call('HMGET', KEYS[1], 'starts_ms', 'ends_ms', 'paused', 'limit')
+local meta = redis.call('HMGET', KEYS[1], 'starts_ms', 'ends_ms', 'paused', 'limit', 'rate')
 local stock = redis.call('GET', KEYS[2])
 if not meta[1] or not meta[2] or not meta[4] or not stock then
   return {-1, '', 0}
+end
+
+-- Rate limits: one counter per second each (they expire after two); a replay above is never limited.
+local function over(key, limit)
+  local n = redis.call('INCR', key)
+  if n == 1 then
+    redis.call('PEXPIRE', key, 2000)
+  end
+  return limit > 0 and n > limit
+end
+if over(KEYS[7], tonumber(meta[5] or '0')) or over(KEYS[8], tonumber(ARGV[5]))
+   or (tonumber(ARGV[6]) > 0 and over(KEYS[9], tonumber(ARGV[6]))) then
+  return {-2, '', 0}
 end
 
 local clock = redis.call('TIME')

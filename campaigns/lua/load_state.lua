@@ -1,7 +1,7 @@
 --[[
 Load (preheat) or refresh a campaign's state in Redis and set when its keys expire.
 
-KEYS[1] meta    hash    starts_ms, ends_ms, paused, limit, total
+KEYS[1] meta    hash    starts_ms, ends_ms, paused, limit, total, rate
 KEYS[2] stock   string  coupons left
 KEYS[3] users   hash    user id -> coupons claimed (filled by the caller before a rebuild); it holds the
                         field "" (never a user id) so that it exists, and expires, before the first claim
@@ -12,6 +12,7 @@ ARGV[6] expire_at_ms: absolute expiry of every key (the campaign's end plus a gr
 ARGV[7] stock to set when the stock key is missing, or "" to leave a missing stock missing
 ARGV[8] consumer group of the drain
 ARGV[9] last ledger id already persisted ("0-0" if none): a new stream never issues ids at or below it
+ARGV[10] claims the campaign admits per second (its rate limit)
 
 Returns {stock_created (0/1), stock (or -1 when missing)}
 --]]
@@ -32,7 +33,7 @@ local function id_less(a, b)
 end
 
 redis.call('HSET', KEYS[1], 'starts_ms', ARGV[1], 'ends_ms', ARGV[2], 'paused', ARGV[3],
-           'limit', ARGV[4], 'total', ARGV[5])
+           'limit', ARGV[4], 'total', ARGV[5], 'rate', ARGV[10])
 redis.call('HSETNX', KEYS[3], '', '0')
 redis.call('SADD', KEYS[5], '')
 

@@ -160,6 +160,15 @@ COUPONS_TOKEN_MAX_TTL = env_int("COUPONS_TOKEN_MAX_TTL", 3600)
 # DEBUG; never under config.settings.production, whatever this says.
 COUPONS_DEMO_TOKENS = env_bool("COUPONS_DEMO_TOKENS", False) if env("COUPONS_DEMO_TOKENS") is not None else None
 
+# Rate limits of the claim (per second, counted in the claim script). A campaign admits its own rate_limit
+# (default 10 x its stock). The per-IP limit needs the shoppers' real addresses: behind a proxy, set
+# COUPONS_TRUSTED_PROXY_HOPS to the number of proxies that append to X-Forwarded-For; 0 turns it off.
+COUPONS_RATE_LIMIT_SHOPPER_PER_SECOND = env_int("COUPONS_RATE_LIMIT_SHOPPER_PER_SECOND", 10)
+COUPONS_RATE_LIMIT_IP_PER_SECOND = env_int("COUPONS_RATE_LIMIT_IP_PER_SECOND", 0)
+COUPONS_TRUSTED_PROXY_HOPS = env_int("COUPONS_TRUSTED_PROXY_HOPS", 0)
+# Unknown coupon codes one shopper may try per minute on redeem/reserve/confirm/release before a 429.
+COUPONS_CODE_MISSES_PER_MINUTE = env_int("COUPONS_CODE_MISSES_PER_MINUTE", 20)
+
 # Campaign keys live until the campaign's end plus this grace (PEXPIREAT), long enough to drain the ledger.
 COUPONS_KEY_GRACE_SECONDS = env_int("COUPONS_KEY_GRACE_SECONDS", 7 * 86400)
 COUPONS_IDEMPOTENCY_TTL_SECONDS = 24 * 3600

@@ -1,0 +1,87 @@
+"""Rate limits of the claim: counted in the claim script (no extra round trip), 429 with Retry-After,
+never stored under an Idempotency-Key; and unknown coupon codes are limited per shopper."""
+from __future__ import annotations
+
+import pytest
+from django.test import override_settings
+
+from campaigns.redis_state import campaign_keys, redis_client
+from orders.models import Claim
+
+from ..conftest import shopper_headers
+
+pytestmark = pytest.mark.django_db
+
+
+def claim(client, campaign, user: str, **headers: str):
+    return client.post(f"/api/v1/campaigns/{campaign.pk}/claim", "{}", "application/json",
+                       **shopper_headers(user, **headers))
+
+
+@override_settings(COUPONS_RATE_LIMIT_SHOPPER_PER_SECOND=3)
+def test_a_shopper_above_their_rate_is_answered_429_and_nothing_changes(client, live_campaign) -> None:
+    campaign = live_campaign(total_stock=50, per_user_limit=50)
+
+    answers = [claim(client, campaign, "ann") for _ in range(5)]
+
+    statuses = [a.status_code for a in answers]
+    assert statuses.count(200) >= 3 and 429 in statuses  # (a second may turn mid-loop: at least 3 pass)
+    limited = next(a for a in answers if a.status_code == 429)
+    assert limited.json()["status"] == "rate_limited" and limited["Retry-After"] == "1"
+    claimed = sum(1 for a in answers if a.status_code == 200)
+    assert int(redis_client().get(campaign_keys(campaign.pk).stock)) == 50 - claimed
+
+
+@override_settings(COUPONS_RATE_LIMIT_SHOPPER_PER_SECOND=1)
+def test_a_429_is_not_stored_under_the_idempotency_key(client, live_campaign) -> None:
+    campaign = live_campaign(total_stock=5, per_user_limit=5)
+    claim(client, campaign, "ann", HTTP_IDEMPOTENCY_KEY="first")
+
+    limited = claim(client, campaign, "ann", HTTP_IDEMPOTENCY_KEY="second")
+
+    assert limited.status_code in (429, 200)
+    if limited.status_code == 429:
+        assert not redis_client().exists(campaign_keys(campaign.pk).idempotency("ann", "second"))
+
+
+def test_a_campaign_admits_its_rate_per_second_and_no_more(client, live_campaign) -> None:
+    campaign = live_campaign(total_stock=100, per_user_limit=1, rate_limit=4)
+
+    statuses = [claim(client, campaign, f"s{i}").status_code for i in range(8)]
+
+    assert statuses.count(429) >= 3 and statuses.count(200) <= 5
+
+
+@override_settings(COUPONS_RATE_LIMIT_IP_PER_SECOND=2)
+def test_one_address_above_its_rate_is_limited_and_another_is_not(client, live_campaign) -> None:
+    campaign = live_campaign(total_stock=100, per_user_limit=1)
+
+    same = [claim(client, campaign, f"a{i}", REMOTE_ADDR="10.0.0.7").status_code for i in range(5)]
+    other = claim(client, campaign, "b0", REMOTE_ADDR="10.0.0.8").status_code
+
+    assert same.count(429) >= 2 and other == 200
+
+
+@override_settings(COUPONS_RATE_LIMIT_IP_PER_SECOND=2, COUPONS_TRUSTED_PROXY_HOPS=1)
+def test_behind_a_trusted_proxy_the_forwarded_address_is_the_one_limited(client, live_campaign) -> None:
+    campaign = live_campaign(total_stock=100, per_user_limit=1)
+
+    via_proxy = [claim(client, campaign, f"p{i}", REMOTE_ADDR="10.0.0.1",
+                       HTTP_X_FORWARDED_FOR=f"198.51.100.{i}").status_code for i in range(5)]
+
+    assert via_proxy == [200] * 5  # five shoppers behind one proxy, five addresses
+
+
+@override_settings(COUPONS_CODE_MISSES_PER_MINUTE=3)
+def test_repeated_unknown_codes_by_one_shopper_are_rate_limited(client) -> None:
+    body = '{"order_id": "A1", "order_amount": "350.00", "currency": "CNY"}'
+
+    answers = [client.post(f"/api/v1/coupons/AAAA-BBBB-CC{i:02d}/redeem".replace("0", "2"), body,
+                           "application/json", **shopper_headers("guesser", HTTP_IDEMPOTENCY_KEY=f"k{i}"))
+               for i in range(5)]
+    other = client.post("/api/v1/coupons/AAAA-BBBB-CCCC/redeem", body, "application/json",
+                        **shopper_headers("honest", HTTP_IDEMPOTENCY_KEY="k"))
+
+    assert [a.status_code for a in answers] == [404, 404, 404, 429, 429]
+    assert answers[3].json()["status"] == "rate_limited" and other.status_code == 404
+    assert Claim.objects.count() == 0

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -39,7 +39,9 @@ def _serialize(campaigns: list[Campaign]) -> list[dict[str, Any]]:
 class CampaignListApi(APIView):
     """GET /api/v1/campaigns: live and upcoming campaigns (public)."""
 
-    @extend_schema(tags=["campaigns"], responses={200: CampaignOutputSerializer(many=True)})
+    @extend_schema(operation_id="campaign_list", tags=["campaigns"], responses={200: inline_serializer("CampaignList", {
+        "code": serializers.IntegerField(), "status": serializers.CharField(),
+        "results": CampaignOutputSerializer(many=True)})})
     def get(self, request: Request) -> Response:
         campaigns = list(visible_campaigns()[:100])
         return Response({"code": 0, "status": "ok", "results": _serialize(campaigns)})
@@ -48,7 +50,7 @@ class CampaignListApi(APIView):
 class CampaignDetailApi(APIView):
     """GET /api/v1/campaigns/{id}: one published campaign with its live remaining stock (public)."""
 
-    @extend_schema(tags=["campaigns"], responses={200: CampaignOutputSerializer})
+    @extend_schema(operation_id="campaign_detail", tags=["campaigns"], responses={200: CampaignOutputSerializer})
     def get(self, request: Request, campaign_id: str) -> Response:
         campaign = Campaign.objects.published().filter(pk=parse_id(campaign_id)).first()
         if campaign is None:

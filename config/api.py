@@ -282,8 +282,47 @@ _ERROR_RESPONSES = {
     "400": ("Malformed request: bad JSON, wrong types, bad Idempotency-Key, ids that are not ids.", "invalid_request"),
     "401": ("Missing, bad or expired token (always the same body).", "unauthenticated"),
     "404": ("Unknown, or someone else's.", "not_found"),
+    "429": ("Rate limited (Retry-After); nothing was changed or stored.", "rate_limited"),
     "503": ("A required store is down; nothing was changed (Retry-After).", "unavailable"),
 }
+
+
+# What the API accepts, said exactly in the schema (clients and fuzzers can rely on it).
+_PARAMETER_SCHEMAS: dict[tuple[str, str], dict[str, Any]] = {
+    ("header", "Idempotency-Key"): {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[ -~]{1,255}$"},
+    ("path", "campaign_id"): {"type": "integer", "minimum": 1, "maximum": 999_999_999_999_999_999},
+    ("path", "claim_id"): {"type": "string", "pattern": "^[1-9][0-9]{0,17}-[0-9]{1,15}-[0-9]{1,10}$",
+                           "example": "42-1764470000000-0"},
+    ("path", "code"): {"type": "string", "example": "K7QM-3XRD-9PVA",
+                       "pattern": "^[2-9A-HJKMNP-TV-Z]{4}-[2-9A-HJKMNP-TV-Z]{4}-[2-9A-HJKMNP-TV-Z]{4}$"},
+    ("query", "page_size"): {"type": "integer", "minimum": 1, "maximum": 100},
+    ("query", "page"): {"type": "integer", "minimum": 1},
+}
+_BODY_PROPERTIES: dict[str, dict[str, Any]] = {
+    "order_id": {"type": "string", "pattern": "^[A-Za-z0-9_.:-]{1,64}$", "example": "A-1001"},
+    # Positive, at most 12 integer digits and 2 decimals (0 decimals in JPY and the like), no sign or exponent.
+    "order_amount": {"type": "string", "pattern": "^(?!0+(\\.0+)?$)(0|[1-9][0-9]{0,11})(\\.[0-9]{1,2})?$",
+                     "example": "350.00"},
+}
+
+
+def _tighten(operation: dict[str, Any], components: dict[str, Any]) -> None:
+    from campaigns.money import MINOR_UNITS
+
+    for parameter in operation.get("parameters", []):
+        exact = _PARAMETER_SCHEMAS.get((parameter.get("in"), parameter.get("name")))
+        if exact is not None:
+            parameter["schema"] = dict(exact)
+    body = operation.get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema", {})
+    ref = body.get("$ref", "")
+    target = components.get(ref.rsplit("/", 1)[-1], body) if ref else body
+    for name, prop in target.get("properties", {}).items():
+        if name in _BODY_PROPERTIES:
+            prop.update(_BODY_PROPERTIES[name])
+        elif name == "currency":
+            prop.update({"type": "string", "enum": sorted(MINOR_UNITS)})
+    if target.get("properties") and "order_id" in target["properties"]:
+        target["required"] = sorted(set(target.get("required", [])) | {"order_id"})
 
 
 def schema_postprocess(result: dict[str, Any], generator: Any, request: Any, public: bool) -> dict[str, Any]:
@@ -297,6 +336,7 @@ def schema_postprocess(result: dict[str, Any], generator: Any, request: Any, pub
         for operation in path_item.values():
             if not isinstance(operation, dict) or "responses" not in operation:
                 continue
+            _tighten(operation, components)
             for status_code, (description, slug) in _ERROR_RESPONSES.items():
                 operation["responses"].setdefault(status_code, {
                     "description": description,

@@ -69,6 +69,14 @@ class CouponPagination(PageNumberPagination):
             "next": self.get_next_link(), "previous": self.get_previous_link(), "results": data,
         })
 
+    def get_page_size(self, request: Any) -> int:
+        raw = request.query_params.get(self.page_size_query_param)
+        if raw is None:
+            return self.page_size
+        if not raw.isascii() or not raw.isdigit() or not 1 <= int(raw) <= self.max_page_size:
+            raise BadRequest(f"page_size is a whole number from 1 to {self.max_page_size}.")
+        return int(raw)
+
     def get_paginated_response_schema(self, schema: dict[str, Any]) -> dict[str, Any]:
         wrapped = super().get_paginated_response_schema(schema)
         wrapped["properties"] = {"code": {"type": "integer", "example": 0},

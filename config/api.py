@@ -306,6 +306,12 @@ _BODY_PROPERTIES: dict[str, dict[str, Any]] = {
 }
 
 
+_AMOUNT_PATTERNS = {
+    0: "^[1-9][0-9]{0,11}$",
+    2: "^(?!0+(\\.0+)?$)(0|[1-9][0-9]{0,11})(\\.[0-9]{1,2})?$",
+}
+
+
 def _tighten(operation: dict[str, Any], components: dict[str, Any]) -> None:
     from campaigns.money import MINOR_UNITS
 
@@ -323,6 +329,16 @@ def _tighten(operation: dict[str, Any], components: dict[str, Any]) -> None:
             prop.update({"type": "string", "enum": sorted(MINOR_UNITS)})
     if target.get("properties") and "order_id" in target["properties"]:
         target["required"] = sorted(set(target.get("required", [])) | {"order_id"})
+    if {"currency", "order_amount"} <= set(target.get("properties", {})):
+        # How many decimals an amount may have depends on its currency (JPY none, CNY two).
+        by_places: dict[int, list[str]] = {}
+        for currency, places in MINOR_UNITS.items():
+            by_places.setdefault(places, []).append(currency)
+        target["oneOf"] = [
+            {"properties": {"currency": {"enum": sorted(currencies)},
+                            "order_amount": {"pattern": _AMOUNT_PATTERNS[places]}}}
+            for places, currencies in sorted(by_places.items())
+        ]
 
 
 def schema_postprocess(result: dict[str, Any], generator: Any, request: Any, public: bool) -> dict[str, Any]:

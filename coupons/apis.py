@@ -73,7 +73,7 @@ class CouponPagination(PageNumberPagination):
         raw = request.query_params.get(self.page_size_query_param)
         if raw is None:
             return self.page_size
-        if not raw.isascii() or not raw.isdigit() or not 1 <= int(raw) <= self.max_page_size:
+        if not (raw.isascii() and raw.isdigit() and len(raw) <= 4) or not 1 <= int(raw) <= self.max_page_size:
             raise BadRequest(f"page_size is a whole number from 1 to {self.max_page_size}.")
         return int(raw)
 

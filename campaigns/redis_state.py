@@ -36,6 +36,7 @@ class ClaimCode(enum.IntEnum):
     PAUSED = 5
     NO_STATE = -1
     RATE_LIMITED = -2
+    TOO_LATE = -3
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +109,7 @@ def reset_redis_client() -> None:
             _client.connection_pool.disconnect()
         _client = None
         _scripts = None
+        _clock["measured"] = -1e9
 
 
 class _Scripts:
@@ -149,6 +151,7 @@ def run_claim(
     idem_key = keys.idempotency(user_id, idempotency_key) if idempotency_key is not None else keys.no_idempotency
     window = int(time.time())
     ip_limit = settings.COUPONS_RATE_LIMIT_IP_PER_SECOND if client_ip else 0
+    deadline_ms = redis_now_ms() + int(settings.COUPONS_REDIS_SOCKET_TIMEOUT * 1000) - DEADLINE_MARGIN_MS
     try:
         code, ledger_id, flags = scripts().claim(
             keys=[keys.meta, keys.stock, keys.users, keys.ledger, idem_key, keys.drain, keys.rate(window),
@@ -160,6 +163,7 @@ def run_claim(
                 settings.COUPONS_DRAIN_TRIGGER_TTL_MS,
                 settings.COUPONS_RATE_LIMIT_SHOPPER_PER_SECOND,
                 ip_limit,
+                deadline_ms,
             ],
         )
     except redis.RedisError as exc:
@@ -170,6 +174,30 @@ def run_claim(
         replayed=bool(int(flags) & 1),
         trigger_drain=bool(int(flags) & 2),
     )
+
+
+# The claim carries a deadline in Redis's own clock (its TIME), so host clocks may differ: each process learns
+# the offset between its clock and Redis's (one TIME round trip a minute) and subtracts a margin for the
+# reply's way back. A claim Redis runs later than the deadline changes nothing (claim.lua: -3).
+DEADLINE_MARGIN_MS = 50
+_OFFSET_REFRESH_SECONDS = 60.0
+_clock: dict[str, float] = {"offset_ms": 0.0, "measured": -1e9}
+
+
+def redis_now_ms() -> int:
+    """Return an estimate of Redis's clock now, in milliseconds. Raise StoreUnavailable."""
+    now = time.monotonic()
+    if now - _clock["measured"] > _OFFSET_REFRESH_SECONDS:
+        try:
+            before = time.time()
+            seconds, micros = redis_client().time()
+            after = time.time()
+        except redis.RedisError as exc:
+            raise StoreUnavailable(str(exc)) from exc
+        local_ms = (before + after) / 2 * 1000
+        _clock["offset_ms"] = seconds * 1000 + micros / 1000 - local_ms
+        _clock["measured"] = now
+    return int(time.time() * 1000 + _clock["offset_ms"])
 
 
 def to_ms(moment: datetime) -> int:

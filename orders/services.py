@@ -131,6 +131,10 @@ def claim_create(
         raise Unavailable() from exc
     if result.code == ClaimCode.RATE_LIMITED:
         raise RateLimited()
+    if result.code == ClaimCode.TOO_LATE:
+        log.warning("claim on campaign %s ran after its deadline (Redis was stalled): refused, nothing changed",
+                    campaign_id)
+        raise Unavailable()
     if result.trigger_drain:
         drain_trigger.request(campaign_id)
     if result.code == ClaimCode.SOLD_OUT:

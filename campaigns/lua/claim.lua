@@ -16,15 +16,24 @@ ARGV[3] how long an idempotent answer is kept, milliseconds
 ARGV[4] how long the drain-trigger flag lives, milliseconds
 ARGV[5] claims one shopper may send per second
 ARGV[6] claims one client IP may send per second (0: not limited)
+ARGV[7] deadline, milliseconds in Redis's clock: after it the caller has given up (answered 503), so the
+        claim must not happen (a Redis frozen, then resumed, would otherwise run a claim nobody was told of)
 
 Returns {code, ledger_id, flags}
   code       0 claimed, 1 limit_reached, 2 sold_out, 3 not_started, 4 ended, 5 paused,
              -1 the campaign has no (complete) state in Redis: nothing was changed
+             -3 too late: Redis ran the script after the caller's deadline: nothing was changed
              -2 rate limited (the campaign, the shopper or the IP sent too many this second): nothing else
                 was changed, and the answer is not stored under the Idempotency-Key
   ledger_id  the stream entry id of the claim ("" unless claimed)
   flags      bit 1: this answer is a replay of an earlier one; bit 2: the caller must send a drain trigger
 --]]
+local clock = redis.call('TIME')
+local now_ms = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+if now_ms > tonumber(ARGV[7]) then
+  return {-3, '', 0}
+end
+
 if ARGV[2] == '1' then
   local previous = redis.call('GET', KEYS[5])
   if previous then
@@ -52,8 +61,6 @@ if over(KEYS[7], tonumber(meta[5] or '0')) or over(KEYS[8], tonumber(ARGV[5]))
   return {-2, '', 0}
 end
 
-local clock = redis.call('TIME')
-local now_ms = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local code = 0
 if now_ms < tonumber(meta[1]) then
   code = 3

@@ -5,6 +5,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -13,6 +14,7 @@ from typing import Any
 
 import pytest
 from django.conf import settings
+from django.db import connections
 
 from campaigns.models import Campaign
 from campaigns.redis_state import redis_client, reset_redis_client
@@ -107,3 +109,23 @@ def unacknowledged(campaign: Campaign) -> int:
     from orders.ledger import backlog_sizes
 
     return backlog_sizes([campaign.pk]).get(campaign.pk, 0)
+
+
+def run_twice_at_once(job: Callable[[], Any]) -> list[Any]:
+    """Run `job` in two threads that start together (two beat processes by mistake); return both results."""
+    barrier = threading.Barrier(2)
+    results: list[Any] = []
+
+    def run() -> None:
+        barrier.wait()
+        try:
+            results.append(job())
+        finally:
+            connections.close_all()  # this thread's own connection
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results

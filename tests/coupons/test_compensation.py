@@ -1,11 +1,10 @@
 """The expiry sweep and drift repair, against the real PostgreSQL."""
 from __future__ import annotations
 
-import threading
 from datetime import timedelta
 
 import pytest
-from django.db import connection, connections
+from django.db import connection
 from django.utils import timezone
 
 from coupons import tasks
@@ -14,6 +13,7 @@ from coupons.models import Coupon, CouponEvent, CouponStatus
 from coupons.replay import disagreements
 from coupons.services import Order, coupon_redeem, coupon_reserve
 
+from ..conftest import run_twice_at_once
 from ..factories import CampaignFactory
 from .helpers import events_of, issued_coupon
 
@@ -60,21 +60,7 @@ def test_10000_due_coupons_expire_with_exactly_10000_events() -> None:
 def test_two_sweeps_at_once_do_exactly_what_one_does() -> None:
     campaign = CampaignFactory()
     insert_due_coupons(campaign, 6_000)
-    reports = []
-    barrier = threading.Barrier(2)
-
-    def sweep() -> None:
-        barrier.wait()
-        try:
-            reports.append(expire_and_lapse_due())
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=sweep) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    reports = run_twice_at_once(expire_and_lapse_due)
 
     assert sum(r.expired for r in reports) == 6_000
     assert expired_events(campaign) == 6_000

@@ -18,6 +18,8 @@ from orders.models import Claim, Reconciliation
 from orders.reconciliation import campaign_reconcile
 from orders.services import campaign_verify, claim_cancel, claim_create, drain_campaign
 
+from ..conftest import run_twice_at_once
+
 
 def claim_many(campaign, users: list[str]) -> list[str]:
     ids = []
@@ -204,26 +206,6 @@ def test_housekeeping_purges_idempotency_records_past_24_hours_and_closes_ended_
     assert first["closed"] == [campaign.pk] and second["closed"] == []
     closed = CampaignEvent.objects.get(campaign=campaign, type=CampaignEventType.CLOSED)
     assert closed.data["claims"] == 2 and closed.data["remaining"] == 3 and closed.data["coupons"] == {"active": 2}
-
-
-def run_twice_at_once(job) -> list:
-    """Run `job` in two threads that start together (two beat processes by mistake); return both results."""
-    barrier = threading.Barrier(2)
-    results: list = []
-
-    def run() -> None:
-        barrier.wait()
-        try:
-            results.append(job())
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=run) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return results
 
 
 @pytest.mark.slow

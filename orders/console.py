@@ -8,7 +8,8 @@ from django.conf import settings
 # What each job in CELERY_BEAT_SCHEDULE does, shown in the admin's "Periodic tasks" (their description).
 JOB_NOTES = {
     "drain-ledgers": "Moves every campaign's claim ledger (Redis) into PostgreSQL as claims + coupons; takes over "
-                     "entries a dead worker read but never acknowledged. Pausing it delays coupons, loses nothing.",
+                     "entries a dead worker read but never acknowledged; rebuilds a live campaign Redis lost. "
+                     "Pausing it delays coupons, loses nothing.",
     "expiry-sweep": "Lapses holds past hold_until and expires coupons past their validity, in batches, one event "
                     "each; sets rows that drifted from their events back to the events' fold.",
     "reconcile-campaigns": "Compares each live campaign's Redis state with PostgreSQL, records it (Reconciliations) "

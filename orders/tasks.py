@@ -60,7 +60,27 @@ def drain_sweep() -> dict:
             if report.read:
                 log.info("sweep drained campaign %s: %d claims read, %d new coupons, %d taken over",
                          campaign_id, report.read, report.persisted, report.reclaimed)
-    return {"drained": drained}
+    rebuilt = _rebuild_lost(set(campaign_ids) - set(backlog))
+    return {"drained": drained, "rebuilt": rebuilt} if rebuilt else {"drained": drained}
+
+
+def _rebuild_lost(campaign_ids: set[int]) -> list[int]:
+    """Rebuild, within seconds, live campaigns whose ledger is gone from Redis (Redis restarted empty):
+    their sales answer 503 until then. Reconciliation's safe repair, run early; one at a time per campaign."""
+    from .reconciliation import campaign_reconcile
+
+    rebuilt = []
+    now = timezone.now()
+    for campaign in Campaign.objects.filter(pk__in=campaign_ids, starts_at__lte=now + timedelta(hours=1),
+                                            ends_at__gt=now):
+        try:
+            record = campaign_reconcile(campaign=campaign, repair=True, source="drain-sweep")
+        except (StoreUnavailable, Unavailable):
+            log.warning("drain sweep: could not rebuild campaign %s (Redis unavailable)", campaign.pk)
+            continue
+        if record is not None and record.repairs:
+            rebuilt.append(campaign.pk)
+    return rebuilt
 
 
 @shared_task(name="orders.tasks.preheat_due_campaigns", ignore_result=True)

@@ -257,3 +257,21 @@ def test_the_last_reconciliation_of_each_campaign_is_exported_as_metrics(client,
     assert f'couponrush_reconciliation_drift{{campaign="{campaign.pk}"}} 4.0' in text
     assert f'couponrush_reconciliation_balanced{{campaign="{campaign.pk}"}} 0.0' in text
     assert f'couponrush_reconciliation_repairs{{campaign="{campaign.pk}"}} 1.0' in text
+
+
+@pytest.mark.django_db
+def test_a_campaign_redis_lost_is_rebuilt_by_the_next_drain_sweep_within_seconds(live_campaign) -> None:
+    campaign = live_campaign(total_stock=10, per_user_limit=1)
+    claim_many(campaign, ["a", "b"])
+    drain_campaign(campaign_id=campaign.pk)
+    redis_client().flushdb()  # Redis restarted without its data
+    with pytest.raises(Unavailable):
+        claim_create(campaign_id=campaign.pk, user_id="c", idempotency_key=None)
+
+    result = tasks.drain_sweep()
+
+    assert result["rebuilt"] == [campaign.pk]
+    assert claim_create(campaign_id=campaign.pk, user_id="a", idempotency_key=None).status == "limit_reached"
+    assert claim_create(campaign_id=campaign.pk, user_id="c", idempotency_key=None).status == "claimed"
+    assert int(redis_client().get(campaign_keys(campaign.pk).stock)) == 7
+    assert campaign_verify(campaign=campaign).balanced

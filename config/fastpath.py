@@ -16,6 +16,7 @@ from typing import Any
 from orders.apis import claim_answer
 
 from .api import MAX_BODY_BYTES, body_of
+from .logs import request_id_from, request_id_var
 
 log = logging.getLogger(__name__)
 CLAIM_PATH = re.compile(r"/api/v1/campaigns/([^/]+)/claim")
@@ -35,14 +36,19 @@ class ClaimFastPath:
         match = CLAIM_PATH.fullmatch(environ.get("PATH_INFO", ""))
         if match is None or environ.get("REQUEST_METHOD") != "POST":
             return self.app(environ, start_response)  # everything else, and other methods (405), is Django's
+        request_id = request_id_from(environ)
+        token = request_id_var.set(request_id)
         try:
             status, body, headers = claim_answer(environ, match.group(1), lambda: _read_body(environ))
         except Exception:  # never a bare 500 page: the contract's JSON, and the traceback in the log
             log.exception("claim failed")
             status, body, headers = 500, body_of(500, "server_error", "Internal error."), {}
+        finally:
+            request_id_var.reset(token)
         payload = json.dumps(body, separators=(",", ":")).encode()
         start_response(_STATUS_LINES.get(status, f"{status} Error"),
-                       [*_BASE_HEADERS, ("Content-Length", str(len(payload))), *headers.items()])
+                       [*_BASE_HEADERS, ("Content-Length", str(len(payload))), ("X-Request-ID", request_id),
+                        *headers.items()])
         return [payload]
 
 

@@ -73,6 +73,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "config.logs.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -248,11 +249,19 @@ SPECTACULAR_SETTINGS = {
 
 DATA_UPLOAD_MAX_MEMORY_SIZE = 64 * 1024
 
-LOGGING = {
+# Logs: one JSON object per line with the request id (DJANGO_LOG_FORMAT=json, the default outside
+# development), or plain lines for a developer's terminal.
+LOG_FORMAT = env("DJANGO_LOG_FORMAT", "json")
+LOGGING: dict[str, Any] = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"request_id": {"()": "config.logs.RequestIdFilter"}},
+    "formatters": {
+        "json": {"()": "config.logs.JsonFormatter"},
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT,
+                             "filters": ["request_id"]}},
     "root": {"handlers": ["console"], "level": env("DJANGO_LOG_LEVEL", "INFO")},
     "loggers": {
         "django.request": {"level": "ERROR"},

@@ -9,3 +9,5 @@ REDIS_URL = env("REDIS_URL", "")
 CACHES["default"]["LOCATION"] = REDIS_URL  # noqa: F405
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", REDIS_URL)
 ALLOWED_HOSTS = ["*"]
+LOG_FORMAT = env("DJANGO_LOG_FORMAT", "plain")  # a developer's terminal reads plain lines
+LOGGING["handlers"]["console"]["formatter"] = LOG_FORMAT  # noqa: F405

@@ -1,0 +1,70 @@
+"""Structured logs: one JSON object per line, with the request id of the request being served.
+
+The request id comes from the X-Request-ID header when it is a sane token (a proxy's), or is made here; it
+is sent back in X-Request-ID and put on every log line of the request. Never log a token or a secret: the
+formatter writes the message, the logger, the level and the `extra` fields given (campaign, claim_id ...).
+"""
+from __future__ import annotations
+
+import contextvars
+import json
+import logging
+import re
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse
+
+request_id_var: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
+REQUEST_ID_RE = re.compile(r"[A-Za-z0-9._-]{8,64}")
+_STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime", "request_id"}
+
+
+def request_id_from(meta: Any) -> str:
+    """Return the incoming X-Request-ID if it is a sane token, else a new one."""
+    incoming = meta.get("HTTP_X_REQUEST_ID")
+    return incoming if incoming and REQUEST_ID_RE.fullmatch(incoming) else uuid.uuid4().hex
+
+
+class RequestIdFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.request_id = request_id_var.get() or "-"
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, tz=UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        request_id = getattr(record, "request_id", None)
+        if request_id and request_id != "-":
+            line["request_id"] = request_id
+        for name, value in vars(record).items():
+            if name not in _STANDARD and not name.startswith("_"):
+                line[name] = value if isinstance(value, str | int | float | bool | type(None)) else str(value)
+        if record.exc_info:
+            line["exc"] = self.formatException(record.exc_info)
+        return json.dumps(line, ensure_ascii=False)
+
+
+class RequestIdMiddleware:
+    """Give every Django request an id (log lines, and the X-Request-ID answer header)."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        request_id = request_id_from(request.META)
+        token = request_id_var.set(request_id)
+        try:
+            response = self.get_response(request)
+        finally:
+            request_id_var.reset(token)
+        response["X-Request-ID"] = request_id
+        return response

@@ -30,6 +30,7 @@ import ctypes.util
 import fcntl
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -632,6 +633,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     env = base_env(None)
     env["COUPONRUSH_WEB_PORT"] = str(web_port)
     env["COUPONRUSH_DATA_DIR"] = str(profile.data)  # absolute, for commands that keep files there
+    # Prometheus multiprocess mode: /metrics adds up the web workers' counters (an empty folder each run).
+    metrics_dir = profile.data / "prometheus"
+    shutil.rmtree(metrics_dir, ignore_errors=True)
+    metrics_dir.mkdir(parents=True)
+    env["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
     stack = Stack(profile)
     sup = Supervisor(env)
     install_stop_signals()

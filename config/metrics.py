@@ -3,15 +3,17 @@ the same without shared state: the latest reconciliation of each campaign (drift
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from datetime import timedelta
 
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest, multiprocess
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+import orders.metrics  # noqa: F401  (the claim counters register themselves)
 from orders.models import Reconciliation
 
 
@@ -48,6 +50,13 @@ class ReconciliationCollector(Collector):
 
 
 def metrics(request: HttpRequest) -> HttpResponse:
-    registry = CollectorRegistry()
-    registry.register(ReconciliationCollector())
-    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
+    """The process's own counters (or every web process's, in multiprocess mode) and the reconciliations."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        body = generate_latest(registry)
+    else:
+        body = generate_latest(REGISTRY)
+    reconciliations = CollectorRegistry()
+    reconciliations.register(ReconciliationCollector())
+    return HttpResponse(body + generate_latest(reconciliations), content_type=CONTENT_TYPE_LATEST)

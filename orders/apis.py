@@ -1,6 +1,7 @@
 """Storefront API of claims: the claim itself (the hot path) and reading a claim back."""
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -34,6 +35,7 @@ from coupons.idempotency import Answer, run_idempotent
 from coupons.selectors import coupon_for_claim
 
 from . import ledger
+from .metrics import CLAIM_SECONDS, CLAIMS
 from .models import Claim, ClaimStatus
 from .services import claim_cancel, claim_create
 
@@ -47,6 +49,8 @@ def claim_answer(meta: Mapping[str, Any], campaign_id_text: str, read_body: Call
 
     `meta` is the WSGI environ (Django's request.META is the same mapping).
     """
+    started = time.perf_counter()
+    campaign: int | None = None
     try:
         user_id = authenticated_user(meta)
         campaign = parse_id(campaign_id_text)
@@ -54,7 +58,13 @@ def claim_answer(meta: Mapping[str, Any], campaign_id_text: str, read_body: Call
         json_object_of(meta, read_body)
         outcome = claim_create(campaign_id=campaign, user_id=user_id, idempotency_key=key, client_ip=client_ip(meta))
     except ApplicationError as exc:
+        # Label only campaigns that exist (an unknown id is "-"), so a storm of junk ids adds no series.
+        known = campaign if campaign is not None and exc.http_status not in (400, 401, 404) else "-"
+        CLAIMS.labels(str(known), exc.status).inc()
+        CLAIM_SECONDS.observe(time.perf_counter() - started)
         return exc.http_status, body_of(exc.code, exc.status, exc.message, **exc.extra), error_headers(exc.http_status)
+    CLAIMS.labels(str(campaign), outcome.status).inc()
+    CLAIM_SECONDS.observe(time.perf_counter() - started)
     body = {"code": outcome.code, "status": outcome.status, "claim_id": outcome.claim_id, "campaign_id": campaign}
     return 200, body, (REPLAYED if outcome.replayed else {})
 

@@ -275,3 +275,19 @@ def test_a_campaign_redis_lost_is_rebuilt_by_the_next_drain_sweep_within_seconds
     assert claim_create(campaign_id=campaign.pk, user_id="c", idempotency_key=None).status == "claimed"
     assert int(redis_client().get(campaign_keys(campaign.pk).stock)) == 7
     assert campaign_verify(campaign=campaign).balanced
+
+
+def test_claims_are_counted_by_campaign_and_outcome_in_metrics(client, live_campaign) -> None:
+    from tests.conftest import shopper_headers
+
+    campaign = live_campaign(total_stock=1, per_user_limit=1)
+    for user in ("ann", "bob"):
+        client.post(f"/api/v1/campaigns/{campaign.pk}/claim", "{}", "application/json", **shopper_headers(user))
+    client.post("/api/v1/campaigns/424242/claim", "{}", "application/json", **shopper_headers("cid"))
+
+    text = client.get("/metrics").content.decode()
+
+    assert f'couponrush_claims_total{{campaign="{campaign.pk}",outcome="claimed"}}' in text
+    assert f'couponrush_claims_total{{campaign="{campaign.pk}",outcome="sold_out"}}' in text
+    assert 'couponrush_claims_total{campaign="-",outcome="not_found"}' in text
+    assert "couponrush_claim_seconds_bucket" in text

@@ -49,6 +49,40 @@ class ReconciliationCollector(Collector):
         yield from (drift, balanced, users, repairs, when)
 
 
+class LiveCampaignCollector(Collector):
+    """Remaining stock, ledger backlog and the age of the oldest claim not yet in PostgreSQL, per campaign
+    whose Redis state should exist, read at scrape time (pipelined) so every process answers the same."""
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        from campaigns.redis_state import StoreUnavailable, remaining_many
+        from orders import ledger
+        from orders.services import campaigns_to_drain
+
+        remaining = GaugeMetricFamily("couponrush_remaining_stock", "coupons left in Redis", labels=["campaign"])
+        backlog = GaugeMetricFamily("couponrush_ledger_backlog", "claims not yet persisted in PostgreSQL",
+                                    labels=["campaign"])
+        age = GaugeMetricFamily("couponrush_ledger_oldest_age_seconds",
+                                "age of the oldest claim not yet in PostgreSQL", labels=["campaign"])
+        up = GaugeMetricFamily("couponrush_redis_up", "1 when Redis answered the scrape")
+        ids = campaigns_to_drain()[:500]
+        try:
+            stocks = remaining_many(ids)
+            backlogs = ledger.backlog_sizes(ids)
+            now_ms = timezone.now().timestamp() * 1000
+            for campaign_id in ids:
+                label = [str(campaign_id)]
+                if stocks.get(campaign_id) is not None:
+                    remaining.add_metric(label, stocks[campaign_id] or 0)
+                size = backlogs.get(campaign_id, 0)
+                backlog.add_metric(label, size)
+                oldest = ledger.oldest_unacknowledged_ms(campaign_id) if size else None
+                age.add_metric(label, max(0.0, (now_ms - oldest) / 1000) if oldest else 0.0)
+            up.add_metric([], 1)
+        except StoreUnavailable:
+            up.add_metric([], 0)
+        yield from (remaining, backlog, age, up)
+
+
 def metrics(request: HttpRequest) -> HttpResponse:
     """The process's own counters (or every web process's, in multiprocess mode) and the reconciliations."""
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
@@ -57,6 +91,7 @@ def metrics(request: HttpRequest) -> HttpResponse:
         body = generate_latest(registry)
     else:
         body = generate_latest(REGISTRY)
-    reconciliations = CollectorRegistry()
-    reconciliations.register(ReconciliationCollector())
-    return HttpResponse(body + generate_latest(reconciliations), content_type=CONTENT_TYPE_LATEST)
+    scraped = CollectorRegistry()
+    scraped.register(ReconciliationCollector())
+    scraped.register(LiveCampaignCollector())
+    return HttpResponse(body + generate_latest(scraped), content_type=CONTENT_TYPE_LATEST)

@@ -230,3 +230,23 @@ def replace_claim_records(
             client.sadd(keys.cancelled, *cancelled[start : start + chunk])
     except redis.RedisError as exc:
         raise StoreUnavailable(str(exc)) from exc
+
+
+def oldest_unacknowledged_ms(campaign_id: int) -> int | None:
+    """Return the claim time (ms) of the oldest ledger entry not yet in PostgreSQL, None when there is none."""
+    keys = campaign_keys(campaign_id)
+    try:
+        client = redis_client()
+        groups: Any = client.xinfo_groups(keys.ledger)
+        group = next((g for g in groups if _decode(g["name"]) == DRAIN_GROUP), None)
+        if group is None:
+            return None
+        pending: Any = client.xpending(keys.ledger, DRAIN_GROUP)
+        if pending["pending"]:
+            return _id_tuple(_decode(pending["min"]))[0]
+        after: Any = client.xrange(keys.ledger, "(" + _decode(group["last-delivered-id"]), "+", count=1)
+        return _id_tuple(_decode(after[0][0]))[0] if after else None
+    except redis.ResponseError:
+        return None
+    except redis.RedisError as exc:
+        raise StoreUnavailable(str(exc)) from exc

@@ -291,3 +291,17 @@ def test_claims_are_counted_by_campaign_and_outcome_in_metrics(client, live_camp
     assert f'couponrush_claims_total{{campaign="{campaign.pk}",outcome="sold_out"}}' in text
     assert 'couponrush_claims_total{campaign="-",outcome="not_found"}' in text
     assert "couponrush_claim_seconds_bucket" in text
+
+
+def test_metrics_show_remaining_stock_backlog_and_its_age_per_live_campaign(client, live_campaign) -> None:
+    campaign = live_campaign(total_stock=10)
+    claim_many(campaign, ["a", "b", "c"])
+
+    text = client.get("/metrics").content.decode()
+
+    label = f'{{campaign="{campaign.pk}"}}'
+    assert f"couponrush_remaining_stock{label} 7.0" in text
+    assert f"couponrush_ledger_backlog{label} 3.0" in text
+    assert f"couponrush_ledger_oldest_age_seconds{label}" in text and "couponrush_redis_up 1.0" in text
+    drain_campaign(campaign_id=campaign.pk)
+    assert f"couponrush_ledger_backlog{label} 0.0" in client.get("/metrics").content.decode()

@@ -22,7 +22,8 @@ help:
 run: $(STAMP)
 	$(PY) -m config.devstack run $(ARGS)
 
-test: $(STAMP)
+# The whole check: lint (ruff, mypy) first, then the test suite.
+test: lint
 	$(PY) -m config.devstack test $(ARGS)
 
 # mypy's Django plugin imports the settings, which need a DATABASE_URL (it never connects).

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -22,6 +22,7 @@ from .models import Coupon, CouponEvent, CouponEventType, CouponStatus
 from .outcomes import UseCode, UseOutcome, done, jsonable, refused
 
 MAX_ATTEMPTS = 5
+_NEW_SHOPPER_LOCK = 7302  # pg advisory lock namespace: one new-shopper coupon use per shopper at a time
 HOLD_SECONDS_DEFAULT = 900
 HOLD_SECONDS_MAX = 86_400
 
@@ -150,10 +151,15 @@ def _refusal_for_use(coupon: Coupon, order: Order, user_id: str, now: datetime) 
         raise CurrencyMismatch(f"This coupon is in {campaign.currency}; the order is in {order.currency}.")
     if order.amount < campaign.min_spend:
         return refused(UseCode.MIN_SPEND_NOT_MET)
-    if campaign.audience == Audience.NEW and (
-        Coupon.objects.filter(user_id=user_id, status=CouponStatus.REDEEMED).exclude(pk=coupon.pk).exists()
-    ):
-        return refused(UseCode.NOT_ELIGIBLE)
+    if campaign.audience == Audience.NEW:
+        # "Never redeemed here" is a fact about all the shopper's coupons: serialize the shopper's uses of
+        # new-shopper coupons (until this transaction ends), so two at once can't both count as the first.
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [_NEW_SHOPPER_LOCK, user_id])
+        if Coupon.objects.filter(user_id=user_id, status__in=[CouponStatus.REDEEMED, CouponStatus.HELD]).exclude(
+            pk=coupon.pk
+        ).exists():
+            return refused(UseCode.NOT_ELIGIBLE)
     return None
 
 

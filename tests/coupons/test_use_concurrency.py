@@ -361,3 +361,36 @@ def test_confirm_redeem_and_release_mixed_on_one_held_coupon_leave_the_row_equal
     coupon.refresh_from_db()
     print(f"mixed round {round_}: version {coupon.version}, final {coupon.status} {coupon.order_id}, "
           f"events {Counter(e.type for e in events)}, answers {dict(answers)}")
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_new_shopper_redeeming_two_new_shopper_coupons_at_once_gets_only_one(live_campaign) -> None:
+    import threading as _threading
+    from decimal import Decimal as _Decimal
+
+    from django.db import connections as _connections
+
+    from coupons.services import Order as _Order
+    from coupons.services import coupon_redeem as _redeem
+    from tests.coupons.helpers import claimed_coupon
+
+    first = claimed_coupon(live_campaign(audience="new", min_spend=_Decimal("0")), "newbie")
+    second = claimed_coupon(live_campaign(audience="new", min_spend=_Decimal("0")), "newbie")
+    barrier = _threading.Barrier(2)
+    answers: list = []
+
+    def use(code: str, order: str) -> None:
+        barrier.wait()
+        try:
+            answers.append(_redeem(user_id="newbie", code=code, order=_Order(order, _Decimal("100.00"), "CNY")).code)
+        finally:
+            _connections.close_all()
+
+    threads = [_threading.Thread(target=use, args=(c.code, f"o{i}")) for i, c in enumerate((first, second))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+    assert sorted(answers) == [0, 15]

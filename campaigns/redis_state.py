@@ -10,6 +10,7 @@ import enum
 import hashlib
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -57,9 +58,9 @@ class CampaignKeys:
         digest = hashlib.sha256(key.encode()).hexdigest()[:32]
         return f"cpn:{{c{self.campaign_id}}}:idem:{user_id}:{digest}"
 
-    @property
-    def no_idempotency(self) -> str:
-        return f"cpn:{{c{self.campaign_id}}}:idem:-"
+    def own_answer(self, request_token: str) -> str:
+        """Where a claim without an Idempotency-Key leaves its answer for a few seconds (a uuid4 hex token)."""
+        return f"cpn:{{c{self.campaign_id}}}:ans:{request_token}"
 
     @property
     def state(self) -> list[str]:
@@ -103,12 +104,13 @@ def redis_client() -> redis.Redis:
 
 def reset_redis_client() -> None:
     """Forget the process's client (after a settings change in tests, or a fork)."""
-    global _client, _scripts
+    global _client, _scripts, _recovery
     with _client_lock:
         if _client is not None:
             _client.connection_pool.disconnect()
         _client = None
         _scripts = None
+        _recovery = None
         _clock["measured"] = -1e9
 
 
@@ -148,7 +150,12 @@ def run_claim(
     Raise StoreUnavailable.
     """
     keys = campaign_keys(campaign_id)
-    idem_key = keys.idempotency(user_id, idempotency_key) if idempotency_key is not None else keys.no_idempotency
+    # Every claim stores its answer under a key: the shopper's Idempotency-Key (kept 24 h), or one of its own
+    # (kept seconds), so that when the reply is lost the outcome can still be read (see below).
+    if idempotency_key is not None:
+        idem_key, keep_ms = keys.idempotency(user_id, idempotency_key), settings.COUPONS_IDEMPOTENCY_TTL_SECONDS * 1000
+    else:
+        idem_key, keep_ms = keys.own_answer(uuid.uuid4().hex), OWN_ANSWER_KEEP_MS
     window = int(time.time())
     ip_limit = settings.COUPONS_RATE_LIMIT_IP_PER_SECOND if client_ip else 0
     deadline_ms = redis_now_ms() + int(settings.COUPONS_REDIS_SOCKET_TIMEOUT * 1000) - DEADLINE_MARGIN_MS
@@ -158,14 +165,21 @@ def run_claim(
                   keys.rate(window, f"u:{user_id}"), keys.rate(window, f"i:{client_ip or '-'}")],
             args=[
                 user_id,
-                "1" if idempotency_key is not None else "0",
-                settings.COUPONS_IDEMPOTENCY_TTL_SECONDS * 1000,
+                "1",
+                keep_ms,
                 settings.COUPONS_DRAIN_TRIGGER_TTL_MS,
                 settings.COUPONS_RATE_LIMIT_SHOPPER_PER_SECOND,
                 ip_limit,
                 deadline_ms,
             ],
         )
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        # The reply is lost, not necessarily the claim: once the deadline has passed the script can no longer
+        # run, so its stored answer (or its absence) is the outcome. Never answer 503 for a claim that happened.
+        stored = _stored_answer_after(idem_key, deadline_ms)
+        if stored is None:
+            raise StoreUnavailable(str(exc)) from exc
+        code, ledger_id, flags = stored[0], stored[1], 2
     except redis.RedisError as exc:
         raise StoreUnavailable(str(exc)) from exc
     return ClaimResult(
@@ -174,6 +188,39 @@ def run_claim(
         replayed=bool(int(flags) & 1),
         trigger_drain=bool(int(flags) & 2),
     )
+
+
+OWN_ANSWER_KEEP_MS = 10_000
+RECOVERY_BUDGET_SECONDS = 0.3
+_recovery: redis.Redis | None = None
+
+
+def _recovery_client() -> redis.Redis:
+    """A client with short timeouts, only for reading a lost reply's outcome (a stalled Redis fails fast)."""
+    global _recovery
+    if _recovery is None:
+        _recovery = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=0.1, socket_connect_timeout=0.1,
+                                         retry=Retry(NoBackoff(), 0))
+    return _recovery
+
+
+def _stored_answer_after(idem_key: str, deadline_ms: int) -> tuple[int, str] | None:
+    """After the claim's deadline, read the answer its script stored; None if it never ran (or Redis is gone)."""
+    wait_ms = deadline_ms + DEADLINE_MARGIN_MS - int(time.time() * 1000 + _clock["offset_ms"])
+    if wait_ms > 0:
+        time.sleep(min(wait_ms, 1000) / 1000)
+    give_up = time.monotonic() + RECOVERY_BUDGET_SECONDS  # the shopper's 503 must still come within a second
+    while time.monotonic() < give_up:
+        try:
+            stored = _recovery_client().get(idem_key)
+        except redis.RedisError:
+            continue
+        if stored is None:
+            return None
+        text = stored.decode() if isinstance(stored, bytes) else str(stored)
+        code, _, ledger_id = text.partition(":")
+        return int(code), ledger_id
+    return None
 
 
 # The claim carries a deadline in Redis's own clock (its TIME), so host clocks may differ: each process learns

@@ -11,8 +11,9 @@ KEYS[7] rate    string  claims this second for the campaign (limit: meta 'rate')
 KEYS[8] rate    string  claims this second by this shopper (limit ARGV[5])
 KEYS[9] rate    string  claims this second from this client IP (limit ARGV[6], 0 = no limit)
 ARGV[1] user id (validated by the caller)
-ARGV[2] "1" when the request carries an Idempotency-Key (KEYS[5] is then read and written), else "0"
-ARGV[3] how long an idempotent answer is kept, milliseconds
+ARGV[2] "1": KEYS[5] is read (a replay) and written (the answer); the caller passes the shopper's
+        Idempotency-Key, or a key of the request's own so a lost reply's outcome can be read afterwards
+ARGV[3] how long the answer is kept, milliseconds
 ARGV[4] how long the drain-trigger flag lives, milliseconds
 ARGV[5] claims one shopper may send per second
 ARGV[6] claims one client IP may send per second (0: not limited)

@@ -287,44 +287,57 @@ _ERROR_RESPONSES = {
 }
 
 
-# What the API accepts, said exactly in the schema (clients and fuzzers can rely on it).
-_PARAMETER_SCHEMAS: dict[tuple[str, str], dict[str, Any]] = {
-    ("header", "Idempotency-Key"): {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[ -~]{1,255}$"},
-    ("path", "campaign_id"): {"type": "integer", "minimum": 1, "maximum": 999_999_999_999_999_999},
-    ("path", "claim_id"): {"type": "string", "pattern": "^[1-9][0-9]{0,17}-[0-9]{1,15}-[0-9]{1,10}$",
-                           "example": "42-1764470000000-0"},
-    ("path", "code"): {"type": "string", "example": "K7QM-3XRD-9PVA",
-                       "pattern": "^[2-9A-HJKMNP-TV-Z]{4}-[2-9A-HJKMNP-TV-Z]{4}-[2-9A-HJKMNP-TV-Z]{4}$"},
-    ("query", "page_size"): {"type": "integer", "minimum": 1, "maximum": 100},
-    ("query", "page"): {"type": "integer", "minimum": 1},
-}
-_BODY_PROPERTIES: dict[str, dict[str, Any]] = {
-    "order_id": {"type": "string", "pattern": "^[A-Za-z0-9_.:-]{1,64}$", "example": "A-1001"},
-    # Positive, at most 12 integer digits and 2 decimals (0 decimals in JPY and the like), no sign or exponent.
-    "order_amount": {"type": "string", "pattern": "^(?!0+(\\.0+)?$)(0|[1-9][0-9]{0,11})(\\.[0-9]{1,2})?$",
-                     "example": "350.00"},
-}
+# What the API accepts, said exactly in the schema (clients and fuzzers can rely on it): the patterns are the
+# validators' own regular expressions, anchored.
+_POSITIVE = "(?!0+(\\.0+)?$)"  # an amount is never zero
 
 
-_AMOUNT_PATTERNS = {
-    0: "^[1-9][0-9]{0,11}$",
-    2: "^(?!0+(\\.0+)?$)(0|[1-9][0-9]{0,11})(\\.[0-9]{1,2})?$",
-}
+def _parameter_schemas() -> dict[tuple[str, str], dict[str, Any]]:
+    from coupons.codes import CODE_RE
+    from orders.ledger import CLAIM_ID_RE
+
+    return {
+        ("header", "Idempotency-Key"): {"type": "string", "minLength": 1, "maxLength": 255,
+                                        "pattern": f"^{IDEMPOTENCY_KEY_RE.pattern}$"},
+        ("path", "campaign_id"): {"type": "integer", "minimum": 1, "maximum": 999_999_999_999_999_999},
+        ("path", "claim_id"): {"type": "string", "pattern": f"^{CLAIM_ID_RE.pattern}$",
+                               "example": "42-1764470000000-0"},
+        ("path", "code"): {"type": "string", "pattern": f"^{CODE_RE.pattern}$", "example": "K7QM-3XRD-9PVA"},
+        ("query", "page_size"): {"type": "integer", "minimum": 1, "maximum": 100},
+        ("query", "page"): {"type": "integer", "minimum": 1},
+    }
+
+
+def _amount_patterns() -> dict[int, str]:
+    """Amount patterns by the currency's decimals: the parser's own for two, whole units for none."""
+    from campaigns.money import AMOUNT_RE
+
+    return {0: "^[1-9][0-9]{0,11}$", 2: f"^{_POSITIVE}{AMOUNT_RE.pattern}$"}
+
+
+def _body_properties() -> dict[str, dict[str, Any]]:
+    from coupons.apis import ORDER_ID_RE
+
+    return {
+        "order_id": {"type": "string", "pattern": f"^{ORDER_ID_RE.pattern}$", "example": "A-1001"},
+        "order_amount": {"type": "string", "pattern": _amount_patterns()[2], "example": "350.00"},
+    }
 
 
 def _tighten(operation: dict[str, Any], components: dict[str, Any]) -> None:
     from campaigns.money import MINOR_UNITS
 
     for parameter in operation.get("parameters", []):
-        exact = _PARAMETER_SCHEMAS.get((parameter.get("in"), parameter.get("name")))
+        exact = _parameter_schemas().get((parameter.get("in"), parameter.get("name")))
         if exact is not None:
             parameter["schema"] = dict(exact)
     body = operation.get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema", {})
     ref = body.get("$ref", "")
     target = components.get(ref.rsplit("/", 1)[-1], body) if ref else body
+    body_properties = _body_properties()
     for name, prop in target.get("properties", {}).items():
-        if name in _BODY_PROPERTIES:
-            prop.update(_BODY_PROPERTIES[name])
+        if name in body_properties:
+            prop.update(body_properties[name])
         elif name == "currency":
             prop.update({"type": "string", "enum": sorted(MINOR_UNITS)})
     if target.get("properties") and "order_id" in target["properties"]:
@@ -336,7 +349,7 @@ def _tighten(operation: dict[str, Any], components: dict[str, Any]) -> None:
             by_places.setdefault(places, []).append(currency)
         target["oneOf"] = [
             {"properties": {"currency": {"enum": sorted(currencies)},
-                            "order_amount": {"pattern": _AMOUNT_PATTERNS[places]}}}
+                            "order_amount": {"pattern": _amount_patterns()[places]}}}
             for places, currencies in sorted(by_places.items())
         ]
 

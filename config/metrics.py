@@ -1,19 +1,25 @@
-"""/metrics (Prometheus text). Figures read at scrape time from PostgreSQL, so every web process answers
-the same without shared state: the latest reconciliation of each campaign (drift, balance, per-user drift).
+"""/metrics (Prometheus text): the counters of every process (claims, drain, coupon uses, expiry sweep; see
+orders/metrics.py for multiprocess mode and the worker's own port), and figures read at scrape time, so
+every web process answers the same without shared state: the latest reconciliation of each campaign (drift,
+balance, per-user drift), remaining stock, ledger backlog and its age, Redis up, Celery queue length.
 """
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
 from datetime import timedelta
+from typing import Any
 
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest, multiprocess
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
+from redis import RedisError
 
-import orders.metrics  # noqa: F401  (the claim counters register themselves)
+import coupons.metrics  # noqa: F401  (the counters register themselves)
+import orders.metrics  # noqa: F401
 from orders.models import Reconciliation
 
 
@@ -83,6 +89,59 @@ class LiveCampaignCollector(Collector):
         yield from (remaining, backlog, age, up)
 
 
+# kombu's Redis transport keeps a queue as lists: the name itself (priority 0) and name + "\x06\x16" + step.
+_KOMBU_PRIORITY_SEP = "\x06\x16"
+_KOMBU_PRIORITY_STEPS = (0, 3, 6, 9)
+_broker_clients: dict[str, Any] = {}
+
+
+def _broker_client(url: str) -> Any:
+    import redis
+
+    client = _broker_clients.get(url)
+    if client is None:
+        timeout = settings.COUPONS_REDIS_SOCKET_TIMEOUT
+        client = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+        _broker_clients[url] = client
+    return client
+
+
+def celery_queue_names() -> list[str]:
+    from config.celery import app
+
+    names = [app.conf.task_default_queue]
+    for queue in app.conf.task_queues or ():
+        if queue.name not in names:
+            names.append(queue.name)
+    return names
+
+
+class CeleryQueueCollector(Collector):
+    """Tasks waiting in the broker's queues (LLEN), when the broker is Redis; nothing for another broker."""
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        url = settings.CELERY_BROKER_URL or ""
+        if not url.startswith(("redis://", "rediss://", "unix://")):
+            return
+        length = GaugeMetricFamily("couponrush_celery_queue_length", "tasks waiting in the broker's queue",
+                                   labels=["queue"])
+        up = GaugeMetricFamily("couponrush_celery_broker_up", "1 when the broker answered the scrape")
+        try:
+            pipe = _broker_client(url).pipeline(transaction=False)
+            names = celery_queue_names()
+            for name in names:
+                for step in _KOMBU_PRIORITY_STEPS:
+                    pipe.llen(f"{name}{_KOMBU_PRIORITY_SEP}{step}" if step else name)
+            sizes = pipe.execute()
+            per_queue = len(_KOMBU_PRIORITY_STEPS)
+            for i, name in enumerate(names):
+                length.add_metric([name], sum(sizes[i * per_queue:(i + 1) * per_queue]))
+            up.add_metric([], 1)
+        except RedisError:
+            up.add_metric([], 0)
+        yield from (length, up)
+
+
 def metrics(request: HttpRequest) -> HttpResponse:
     """The process's own counters (or every web process's, in multiprocess mode) and the reconciliations."""
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
@@ -94,4 +153,5 @@ def metrics(request: HttpRequest) -> HttpResponse:
     scraped = CollectorRegistry()
     scraped.register(ReconciliationCollector())
     scraped.register(LiveCampaignCollector())
+    scraped.register(CeleryQueueCollector())
     return HttpResponse(body + generate_latest(scraped), content_type=CONTENT_TYPE_LATEST)

@@ -24,6 +24,7 @@ from config.api import BadRequest, ShopperApi, ShopperTokenAuthentication, idemp
 
 from .codes import normalize_code
 from .idempotency import Answer, run_idempotent
+from .metrics import USES
 from .models import Coupon, CouponStatus
 from .selectors import coupons_of_user
 from .services import (
@@ -228,8 +229,23 @@ _ERRORS = {409: OpenApiResponse(description="The same Idempotency-Key is still i
            422: OpenApiResponse(description="The same Idempotency-Key was used with a different request.")}
 
 
-class CouponRedeemApi(ShopperApi):
+class CouponUseApi(ShopperApi):
+    """Base of redeem, reserve, confirm and release: every answer, errors included, is counted by outcome."""
+
+    operation = ""
+
+    def finalize_response(self, request: Request, response: Any, *args: Any, **kwargs: Any) -> Any:
+        response = super().finalize_response(request, response, *args, **kwargs)
+        data = getattr(response, "data", None)
+        outcome = data.get("status") if isinstance(data, dict) else None
+        USES.labels(self.operation, outcome if isinstance(outcome, str) else str(response.status_code)).inc()
+        return response
+
+
+class CouponRedeemApi(CouponUseApi):
     """POST /api/v1/coupons/{code}/redeem: use the coupon for an order in one step."""
+
+    operation = "redeem"
 
     @extend_schema(
         tags=["coupons"], parameters=[_IDEMPOTENCY_HEADER],
@@ -252,8 +268,10 @@ class CouponRedeemApi(ShopperApi):
         ))
 
 
-class CouponReserveApi(ShopperApi):
+class CouponReserveApi(CouponUseApi):
     """POST /api/v1/coupons/{code}/reserve: hold the coupon for an order awaiting payment."""
+
+    operation = "reserve"
 
     @extend_schema(
         tags=["coupons"], parameters=[_IDEMPOTENCY_HEADER],
@@ -279,8 +297,10 @@ class CouponReserveApi(ShopperApi):
         ))
 
 
-class CouponConfirmApi(ShopperApi):
+class CouponConfirmApi(CouponUseApi):
     """POST /api/v1/coupons/{code}/confirm: the held order was paid; the coupon becomes redeemed."""
+
+    operation = "confirm"
 
     @extend_schema(
         tags=["coupons"], parameters=[_OPTIONAL_IDEMPOTENCY_HEADER],
@@ -299,8 +319,10 @@ class CouponConfirmApi(ShopperApi):
         ))
 
 
-class CouponReleaseApi(ShopperApi):
+class CouponReleaseApi(CouponUseApi):
     """POST /api/v1/coupons/{code}/release: the order was cancelled or not paid; undo its hold or use."""
+
+    operation = "release"
 
     @extend_schema(
         tags=["coupons"], parameters=[_OPTIONAL_IDEMPOTENCY_HEADER],

@@ -15,6 +15,9 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
+from config.tracing import span
+
+from . import metrics
 from .models import Coupon, CouponEvent, CouponEventType, CouponStatus, SweepCursor
 from .replay import disagreements, fold
 
@@ -109,10 +112,15 @@ def expire_and_lapse_due(*, max_seconds: float = 50.0, now: datetime | None = No
     now = now or timezone.now()
     deadline = time.monotonic() + max_seconds
     report = SweepReport()
-    report.lapsed, lapse_done = _run_batches(_LAPSE_SQL, {"now": now}, deadline, report)
-    cutoff = now - timedelta(seconds=1)  # expires_at is inclusive to the second
-    report.expired, expire_done = _run_batches(_EXPIRE_SQL, {"cutoff": cutoff}, deadline, report)
-    report.finished = lapse_done and expire_done
+    with span("couponrush.expiry_sweep") as traced:
+        report.lapsed, lapse_done = _run_batches(_LAPSE_SQL, {"now": now}, deadline, report)
+        cutoff = now - timedelta(seconds=1)  # expires_at is inclusive to the second
+        report.expired, expire_done = _run_batches(_EXPIRE_SQL, {"cutoff": cutoff}, deadline, report)
+        report.finished = lapse_done and expire_done
+        traced.set(lapsed=report.lapsed, expired=report.expired, batches=report.batches, finished=report.finished)
+    metrics.EXPIRY_RUNS.inc()
+    metrics.HOLDS_LAPSED.inc(report.lapsed)
+    metrics.COUPONS_EXPIRED.inc(report.expired)
     return report
 
 
@@ -126,11 +134,14 @@ def repair_drift(*, limit: int = DRIFT_SCAN_PER_RUN, report: SweepReport | None 
     report = report or SweepReport()
     cursor_row, _ = SweepCursor.objects.get_or_create(name="drift")
     start = cursor_row.position
-    found = [d.coupon_id for d in disagreements(Coupon.objects.all(), after_id=start, limit=limit)]
-    for coupon_id in found:
-        if _repair_one(coupon_id):
-            report.repaired += 1
-            report.repairs.append(str(coupon_id))
+    with span("couponrush.drift_repair", after_id=start, limit=limit) as traced:
+        found = [d.coupon_id for d in disagreements(Coupon.objects.all(), after_id=start, limit=limit)]
+        for coupon_id in found:
+            if _repair_one(coupon_id):
+                report.repaired += 1
+                report.repairs.append(str(coupon_id))
+                metrics.COUPONS_REPAIRED.inc()
+        traced.set(drifted_coupon_ids=found)
     last = list(Coupon.objects.filter(pk__gt=start).order_by("pk").values_list("pk", flat=True)[limit - 1 : limit])
     SweepCursor.objects.filter(name="drift").update(position=last[0] if last else 0)  # 0: start a new round
     return report

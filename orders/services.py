@@ -21,12 +21,13 @@ from campaigns.errors import ApplicationError, CampaignStateLost, NotFound, Unav
 from campaigns.models import Campaign, CampaignEvent, CampaignEventType
 from campaigns.redis_state import ClaimCode, StoreUnavailable
 from campaigns.services import campaign_preheat, keys_expire_at
+from config.tracing import span
 from coupons.codes import new_code
 from coupons.models import Coupon, CouponEvent, CouponEventType, CouponStatus
 from coupons.outcomes import UseCode, UseOutcome, done, refused
 from coupons.services import coupon_revoke
 
-from . import ledger
+from . import ledger, metrics
 from .models import Claim, ClaimStatus
 
 log = logging.getLogger(__name__)
@@ -313,22 +314,31 @@ def drain_campaign(
         return report
     deadline = time.monotonic() + max_seconds
     reclaiming = True
-    while time.monotonic() < deadline:
-        if reclaiming:
-            entries = ledger.reclaim_stale(campaign_id, consumer=consumer, min_idle_ms=idle, count=batch_size)
-            report.reclaimed += len(entries)
-            if not entries:
-                reclaiming = False
-                continue
-        else:
-            entries = ledger.read_new(campaign_id, consumer=consumer, count=batch_size)
-            if not entries:
-                report.caught_up = True
-                break
-        report.persisted += persist_entries(campaign, entries)
-        ledger.acknowledge(campaign_id, [e.entry_id for e in entries])
-        report.read += len(entries)
-        report.batches += 1
+    label = str(campaign_id)
+    with span("couponrush.drain", campaign_id=campaign_id) as traced, \
+            metrics.DRAIN_FAILURES.labels(label).count_exceptions():
+        while time.monotonic() < deadline:
+            if reclaiming:
+                entries = ledger.reclaim_stale(campaign_id, consumer=consumer, min_idle_ms=idle, count=batch_size)
+                report.reclaimed += len(entries)
+                if not entries:
+                    reclaiming = False
+                    continue
+            else:
+                entries = ledger.read_new(campaign_id, consumer=consumer, count=batch_size)
+                if not entries:
+                    report.caught_up = True
+                    break
+            with span("couponrush.drain.batch", campaign_id=campaign_id, claim_ids=[e.claim_id for e in entries]):
+                persisted = persist_entries(campaign, entries)
+                ledger.acknowledge(campaign_id, [e.entry_id for e in entries])
+            report.persisted += persisted
+            report.read += len(entries)
+            report.batches += 1
+            metrics.DRAIN_BATCHES.labels(label).inc()
+            metrics.DRAIN_READ.labels(label).inc(len(entries))
+            metrics.DRAIN_ROWS.labels(label).inc(persisted)
+        traced.set(read=report.read, persisted=report.persisted, batches=report.batches, reclaimed=report.reclaimed)
     return report
 
 

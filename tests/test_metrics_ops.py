@@ -236,3 +236,19 @@ def test_a_prefork_worker_serves_its_pool_processes_drain_counters_on_its_metric
     assert unacknowledged(campaign) == 0
     assert os.listdir(tmp_path)  # the pool process wrote its counters to the shared folder
 
+
+
+def test_every_series_the_grafana_dashboard_queries_is_exported_by_metrics(client) -> None:
+    import re
+
+    dashboard = json.loads((ROOT / "deploy" / "grafana" / "couponrush-sale.json").read_text())
+    queried = {name for panel in dashboard["panels"] for target in panel["targets"]
+               for name in re.findall(r"couponrush_[a-z_]+", target["expr"])}
+    def family(name: str) -> str:
+        return re.sub(r"_(total|bucket|sum|count)$", "", name)
+
+    text = client.get("/metrics").content.decode()
+    exported = {family(name) for name in re.findall(r"^# TYPE (couponrush_[a-z_]+) ", text, re.M)}
+
+    missing = {name for name in queried if family(name) not in exported}
+    assert len(queried) > 15 and missing == set()

@@ -46,7 +46,8 @@ class Command(BaseCommand):
         except StoreUnavailable as exc:
             raise CommandError(f"Redis unavailable: {exc}") from exc
         if opts["json"]:
-            summary = {**asdict(balance), "missing_entries": len(balance.missing_entries)}
+            summary = {**asdict(balance), "missing_entries": len(balance.missing_entries),
+                       "given_back": sorted(balance.given_back)}  # a set: not JSON
             self.stdout.write(json.dumps({**summary, "right_side": balance.right_side, "balanced": balance.balanced}))
         else:
             self.stdout.write("\n".join(balance_lines(balance)))

@@ -1,4 +1,4 @@
-# The production image: web (granian WSGI), worker and beat all run from it (see docker-compose.yml).
+# The production image: web (granian RSGI), worker, beat and Flower all run from it (see docker-compose.yml).
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -9,9 +9,10 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /app
 
-# Dependencies first: this layer is rebuilt only when pyproject.toml changes.
+# Dependencies first: this layer is rebuilt only when pyproject.toml changes. The extras: OpenTelemetry
+# (tracing, off unless OTEL_EXPORTER_OTLP_ENDPOINT or COUPONS_TRACING is set) and Flower (compose profile).
 COPY pyproject.toml ./
-RUN pip install .
+RUN pip install '.[otel,flower]'
 
 COPY . .
 # Static files are collected at build time; collectstatic needs neither a database nor the secrets.
@@ -20,7 +21,9 @@ RUN DJANGO_SETTINGS_MODULE=config.settings.base python manage.py collectstatic -
 
 USER app
 ENV DJANGO_SETTINGS_MODULE=config.settings.production
-EXPOSE 8000
-# Same command as config/devstack.py web_command(), listening on all interfaces.
-CMD ["granian", "--interface", "wsgi", "config.wsgi:application", "--host", "0.0.0.0", "--port", "8000", \
-     "--workers", "2", "--backpressure", "16", "--static-path-route", "/static", "--static-path-mount", "/app/var/static"]
+EXPOSE 8000 9808
+# A fresh folder for the Prometheus counters (PROMETHEUS_MULTIPROC_DIR), then the command.
+ENTRYPOINT ["/app/deploy/entrypoint.sh"]
+# Same command as config/devstack.py web_command(), listening on all interfaces (tests/test_compose.py).
+CMD ["granian", "--interface", "rsgi", "config.rsgi:application", "--host", "0.0.0.0", "--port", "8000", \
+     "--workers", "2", "--static-path-route", "/static", "--static-path-mount", "/app/var/static"]

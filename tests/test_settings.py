@@ -45,3 +45,69 @@ def test_production_settings_refuse_to_start_with_a_default_or_missing_secret(ch
 def test_production_settings_with_real_secrets_pass_the_deployment_check() -> None:
     result = run_with_production_settings(GOOD, "check", "--deploy", "--fail-level", "WARNING")
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+SHOW = ("import json, django; django.setup(); from django.conf import settings as s; print(json.dumps({"
+        "'db': s.DATABASES['default'], 'redirect': s.SECURE_SSL_REDIRECT, 'session_secure': s.SESSION_COOKIE_SECURE, "
+        "'csrf_secure': s.CSRF_COOKIE_SECURE, 'hsts': s.SECURE_HSTS_SECONDS, 'proxy': s.SECURE_PROXY_SSL_HEADER, "
+        "'redis_timeout': s.COUPONS_REDIS_SOCKET_TIMEOUT, 'cache': s.CACHES['default']['OPTIONS'], "
+        "'broker': s.CELERY_BROKER_TRANSPORT_OPTIONS}, default=str))")
+
+
+def production_settings(changes: dict[str, str | None]) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "COUPONS_"))}
+    env.update(DJANGO_SETTINGS_MODULE="config.settings.production", PYTHONPATH=str(ROOT))
+    env.update({k: v for k, v in {**GOOD, **changes}.items() if v is not None})
+    result = subprocess.run([sys.executable, "-c", SHOW], cwd=ROOT, env=env, capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    import json
+
+    return json.loads(result.stdout)
+
+
+def test_production_keeps_connections_with_health_checks_and_bounds_every_wait() -> None:
+    shown = production_settings({})
+
+    db = shown["db"]
+    assert (db["CONN_MAX_AGE"], db["CONN_HEALTH_CHECKS"]) == (60, True)
+    assert db["OPTIONS"]["connect_timeout"] == 3 and db["OPTIONS"]["keepalives"] == 1
+    assert "-c statement_timeout=30000" in db["OPTIONS"]["options"]
+    assert "-c idle_in_transaction_session_timeout=60000" in db["OPTIONS"]["options"]
+    assert shown["redis_timeout"] == 0.5
+    assert shown["cache"] == {"SOCKET_CONNECT_TIMEOUT": 0.5, "SOCKET_TIMEOUT": 0.5}
+    assert shown["broker"]["socket_timeout"] == 5 and shown["broker"]["socket_connect_timeout"] == 5
+
+
+def test_https_settings_follow_the_environment() -> None:
+    secure = production_settings({})
+    plain = production_settings({"DJANGO_HTTPS": "false"})
+    proxy_redirects = production_settings({"DJANGO_SECURE_SSL_REDIRECT": "false"})
+
+    assert (secure["redirect"], secure["session_secure"], secure["csrf_secure"], secure["hsts"]) == \
+        (True, True, True, 31536000)
+    assert (plain["redirect"], plain["session_secure"], plain["csrf_secure"], plain["hsts"]) == (False, False, False, 0)
+    assert (proxy_redirects["redirect"], proxy_redirects["session_secure"]) == (False, True)
+    assert secure["proxy"] == ["HTTP_X_FORWARDED_PROTO", "https"]
+
+
+def test_the_deployment_check_warns_when_https_is_turned_off() -> None:
+    result = run_with_production_settings({**GOOD, "DJANGO_HTTPS": "false"}, "check", "--deploy", "--fail-level",
+                                          "WARNING")
+    assert result.returncode != 0 and "security.W008" in result.stderr + result.stdout
+
+
+@pytest.mark.django_db
+def test_a_production_connection_to_the_real_postgresql_has_the_statement_timeouts() -> None:
+    from django.conf import settings as test_settings
+
+    db = test_settings.DATABASES["default"]
+    url = f"postgres://{db['USER']}:{db['PASSWORD'] or ''}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+    code = ("from django.db import connection\n"
+            "with connection.cursor() as c:\n"
+            "    c.execute('SHOW statement_timeout'); a = c.fetchone()[0]\n"
+            "    c.execute('SHOW idle_in_transaction_session_timeout'); b = c.fetchone()[0]\n"
+            "print(a, b)\n")
+    result = run_with_production_settings({**GOOD, "DATABASE_URL": url, "DATABASE_STATEMENT_TIMEOUT_MS": "7000"},
+                                          "shell", "-c", code)
+    assert result.stdout.splitlines()[-1].split() == ["7s", "1min"], result.stdout + result.stderr

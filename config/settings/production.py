@@ -1,4 +1,9 @@
-"""Production: everything from the environment; refuses to start with a default secret."""
+"""Production: everything from the environment; refuses to start with a default secret.
+
+`manage.py check --deploy` is clean with the defaults (tests/test_settings.py).
+"""
+from typing import Any
+
 from django.core.exceptions import ImproperlyConfigured
 
 from .base import *  # noqa: F403
@@ -13,16 +18,45 @@ for _name, _value, _default in (
         raise ImproperlyConfigured(f"{_name} must be set to a secret of at least 32 characters in production.")
 if not env("REDIS_URL"):
     raise ImproperlyConfigured("REDIS_URL must be set in production.")
-DATABASES = {"default": database_from_env()}
 
-# HTTPS: on by default, off only where TLS ends in front of a trusted proxy that says so.
+# PostgreSQL: persistent connections with a health check before reuse (base: DJANGO_CONN_MAX_AGE, 60 s), a
+# connect timeout (DATABASE_CONNECT_TIMEOUT, 3 s), and server-side limits so that a stuck statement or a
+# transaction left open can't hold locks for long. The claim never waits on PostgreSQL; the slowest statements
+# are the drain's and the sweep's batches (well under a second); migrations run with the same limit.
+DATABASES = {"default": database_from_env()}
+_STATEMENT_TIMEOUT_MS = env_int("DATABASE_STATEMENT_TIMEOUT_MS", 30_000)
+_IDLE_IN_TRANSACTION_TIMEOUT_MS = env_int("DATABASE_IDLE_IN_TRANSACTION_TIMEOUT_MS", 60_000)
+_db_options: dict[str, Any] = DATABASES["default"].setdefault("OPTIONS", {})
+_db_options["options"] = (
+    f"-c statement_timeout={_STATEMENT_TIMEOUT_MS} "
+    f"-c idle_in_transaction_session_timeout={_IDLE_IN_TRANSACTION_TIMEOUT_MS}"
+)
+# TCP keepalives: a PostgreSQL that vanished (failover, network cut) is noticed, not waited on forever.
+_db_options.update(keepalives=1, keepalives_idle=30, keepalives_interval=10, keepalives_count=3)
+
+# Redis: the campaigns' client and the cache time out in COUPONS_REDIS_SOCKET_TIMEOUT (base, 0.5 s). The
+# broker's connection gets timeouts too (a dead broker must not hang a drain trigger or a beat tick) and a
+# health check of idle connections.
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "socket_timeout": env_int("CELERY_BROKER_SOCKET_TIMEOUT", 5),
+    "socket_connect_timeout": env_int("CELERY_BROKER_SOCKET_TIMEOUT", 5),
+    "socket_keepalive": True,
+    "health_check_interval": 25,
+    "retry_on_timeout": True,
+}
+
+# HTTPS, by environment. DJANGO_HTTPS=true (the default): secure cookies, HSTS, and a redirect of plain HTTP
+# (DJANGO_SECURE_SSL_REDIRECT=false when the proxy in front redirects itself). TLS usually ends at that proxy,
+# which must set X-Forwarded-Proto (and strip a client's). DJANGO_HTTPS=false only for a trial over plain
+# HTTP (docker compose on a laptop): check --deploy then warns, as it should.
+_HTTPS = env_bool("DJANGO_HTTPS", True)
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
-SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", True)
-SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
-SESSION_COOKIE_SECURE = True
-CSRF_COOKIE_SECURE = True
-SECURE_HSTS_SECONDS = env_int("DJANGO_SECURE_HSTS_SECONDS", 31536000)
-SECURE_HSTS_INCLUDE_SUBDOMAINS = True
-SECURE_HSTS_PRELOAD = True
+SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", _HTTPS)
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]  # probes and scrapes inside the network
+SESSION_COOKIE_SECURE = _HTTPS
+CSRF_COOKIE_SECURE = _HTTPS
+SECURE_HSTS_SECONDS = env_int("DJANGO_SECURE_HSTS_SECONDS", 31_536_000 if _HTTPS else 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
+SECURE_HSTS_PRELOAD = env_bool("DJANGO_SECURE_HSTS_PRELOAD", True)
 SECURE_CONTENT_TYPE_NOSNIFF = True
 CSRF_TRUSTED_ORIGINS = [o for o in env("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",") if o]

@@ -1,0 +1,94 @@
+"""docker-compose.yml and the Dockerfile run exactly the processes `make run` runs (config/devstack.py), every
+long-running service has a health check, and the compose file is valid against the Compose specification.
+
+No Docker engine runs here: the commands themselves are run by the rest of the suite (the web server fixture
+and the worker tests use config.devstack's commands), so keeping these equal keeps the deployment tested."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from config import devstack
+
+from .conftest import ROOT
+
+IMAGE_STATIC_ROOT = "/app/var/static"  # settings.STATIC_ROOT inside the image (WORKDIR /app)
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+
+
+def in_image(command: list[str]) -> list[str]:
+    """A devstack command as the image runs it: listening on every interface, static files from the image."""
+    return [IMAGE_STATIC_ROOT if part == str(devstack.STATIC_ROOT) else part for part in command]
+
+
+def test_the_web_service_runs_devstacks_web_command(compose) -> None:
+    assert compose["services"]["web"]["command"] == in_image(devstack.web_command(8000, host="0.0.0.0"))
+    assert "8000:8000" in compose["services"]["web"]["ports"]
+
+
+def test_the_worker_and_beat_services_run_devstacks_commands(compose) -> None:
+    assert compose["services"]["worker"]["command"] == devstack.worker_command()
+    assert compose["services"]["beat"]["command"] == devstack.beat_command()
+
+
+def test_the_images_default_command_is_the_web_command() -> None:
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    cmd = re.search(r"^CMD (\[.*?\])\s*$", dockerfile.replace("\\\n", ""), re.M | re.S)
+    assert cmd is not None
+    assert json.loads(cmd.group(1)) == in_image(devstack.web_command(8000, host="0.0.0.0"))
+
+
+def test_every_long_running_service_has_a_health_check(compose) -> None:
+    services = compose["services"]
+    long_running = {name for name, service in services.items() if service.get("restart") != "no"}
+
+    assert long_running == {"postgres", "redis", "web", "worker", "beat", "flower"}
+    assert {name for name in long_running if not services[name].get("healthcheck", {}).get("test")} == set()
+    assert "celery -A config inspect ping -d celery@$$HOSTNAME" in services["worker"]["healthcheck"]["test"][1]
+
+
+def test_flower_is_optional_behind_its_profile_and_the_worker_exposes_its_metrics_port(compose) -> None:
+    services = compose["services"]
+    assert services["flower"]["profiles"] == ["flower"]
+    assert [name for name, s in services.items() if s.get("profiles")] == ["flower"]
+    assert services["worker"]["environment"]["COUPONRUSH_WORKER_METRICS_PORT"] == "9808"
+    assert services["web"]["environment"]["PROMETHEUS_MULTIPROC_DIR"]  # emptied by deploy/entrypoint.sh
+
+
+def test_redis_keeps_an_append_only_file(compose) -> None:
+    command = compose["services"]["redis"]["command"]
+    assert command[command.index("--appendonly") + 1] == "yes"
+
+
+def test_the_health_check_scripts_say_unhealthy_when_nothing_answers() -> None:
+    port = "1"  # nothing listens there
+    for kind in ("web", "flower"):
+        result = subprocess.run([sys.executable, "deploy/healthcheck.py", kind, port], cwd=ROOT, timeout=30)
+        assert result.returncode == 1
+
+
+def test_the_web_health_check_passes_against_the_real_server(http_server) -> None:
+    port = http_server.rsplit(":", 1)[1]
+    result = subprocess.run([sys.executable, "deploy/healthcheck.py", "web", port], cwd=ROOT, timeout=30)
+    assert result.returncode == 0
+
+
+def test_the_compose_file_is_valid_against_the_compose_specification() -> None:
+    checker = shutil.which("check-jsonschema") or str(Path(sys.executable).parent / "check-jsonschema")
+    if not Path(checker).exists():
+        pytest.skip("check-jsonschema is not installed (it is in the dev extra)")
+    result = subprocess.run([checker, "--builtin-schema", "vendor.compose-spec", "docker-compose.yml"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -87,7 +87,12 @@ def redis_client() -> redis.Redis:
     global _client
     if _client is None:
         with _client_lock:
-            if _client is None:
+            if _client is None and settings.COUPONS_REDIS_CLUSTER:
+                from .redis_cluster import cluster_client  # REDIS_URL is a seed node of a Redis Cluster
+
+                _client = cluster_client(settings.REDIS_URL, timeout=settings.COUPONS_REDIS_SOCKET_TIMEOUT,
+                                         max_connections=settings.COUPONS_REDIS_MAX_CONNECTIONS)
+            elif _client is None:
                 timeout = settings.COUPONS_REDIS_SOCKET_TIMEOUT
                 pool = redis.BlockingConnectionPool.from_url(
                     settings.REDIS_URL,
@@ -107,7 +112,9 @@ def reset_redis_client() -> None:
     global _client, _scripts, _recovery
     with _client_lock:
         if _client is not None:
-            _client.connection_pool.disconnect()
+            from .redis_cluster import close
+
+            close(_client)
         _client = None
         _scripts = None
         _recovery = None
@@ -198,7 +205,11 @@ _recovery: redis.Redis | None = None
 def _recovery_client() -> redis.Redis:
     """A client with short timeouts, only for reading a lost reply's outcome (a stalled Redis fails fast)."""
     global _recovery
-    if _recovery is None:
+    if _recovery is None and settings.COUPONS_REDIS_CLUSTER:
+        from .redis_cluster import cluster_client
+
+        _recovery = cluster_client(settings.REDIS_URL, timeout=0.1)
+    elif _recovery is None:
         _recovery = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=0.1, socket_connect_timeout=0.1,
                                          retry=Retry(NoBackoff(), 0))
     return _recovery

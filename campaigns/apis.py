@@ -39,7 +39,11 @@ def _serialize(campaigns: list[Campaign]) -> list[dict[str, Any]]:
 class CampaignListApi(APIView):
     """GET /api/v1/campaigns: live and upcoming campaigns (public)."""
 
-    @extend_schema(operation_id="campaign_list", tags=["campaigns"], responses={200: inline_serializer("CampaignList", {
+    @extend_schema(operation_id="campaign_list", tags=["campaigns"], summary="Live and upcoming campaigns",
+                   description="Published campaigns that are live or start later, soonest first (at most 100), "
+                               "each with its live `remaining` stock read from Redis (null when Redis does not "
+                               "know it). Public: no token needed.",
+                   responses={200: inline_serializer("CampaignList", {
         "code": serializers.IntegerField(), "status": serializers.CharField(),
         "results": CampaignOutputSerializer(many=True)})})
     def get(self, request: Request) -> Response:
@@ -50,7 +54,10 @@ class CampaignListApi(APIView):
 class CampaignDetailApi(APIView):
     """GET /api/v1/campaigns/{id}: one published campaign with its live remaining stock (public)."""
 
-    @extend_schema(operation_id="campaign_detail", tags=["campaigns"], responses={200: CampaignOutputSerializer})
+    @extend_schema(operation_id="campaign_detail", tags=["campaigns"], summary="One campaign",
+                   description="One published campaign with its live `remaining` stock, its window, limits and "
+                               "coupon rule. Public: no token needed. 404 for an unknown or unpublished campaign.",
+                   responses={200: CampaignOutputSerializer})
     def get(self, request: Request, campaign_id: str) -> Response:
         campaign = Campaign.objects.published().filter(pk=parse_id(campaign_id)).first()
         if campaign is None:

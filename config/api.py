@@ -287,6 +287,10 @@ _ERROR_RESPONSES = {
 }
 
 
+_DOCUMENTED_ELSEWHERE = {"409": "idempotency_in_flight", "413": "payload_too_large", "415": "unsupported_media_type",
+                         "422": "idempotency_mismatch"}
+
+
 # What the API accepts, said exactly in the schema (clients and fuzzers can rely on it): the patterns are the
 # validators' own regular expressions, anchored.
 _POSITIVE = "(?!0+(\\.0+)?$)"  # an amount is never zero
@@ -374,6 +378,13 @@ def schema_postprocess(result: dict[str, Any], generator: Any, request: Any, pub
                         "example": {"code": int(status_code), "status": slug},
                     }},
                 })
+            for status_code, slug in _DOCUMENTED_ELSEWHERE.items():  # the body of the answers views document
+                documented = operation["responses"].get(status_code)
+                if documented is not None and "content" not in documented:
+                    documented["content"] = {"application/json": {
+                        "schema": {"$ref": "#/components/schemas/Error"},
+                        "example": {"code": int(status_code), "status": slug},
+                    }}
     return result
 
 

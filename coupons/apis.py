@@ -26,6 +26,7 @@ from .codes import normalize_code
 from .idempotency import Answer, run_idempotent
 from .metrics import USES
 from .models import Coupon, CouponStatus
+from .outcomes import REFUSALS, UseCode, refused
 from .selectors import coupons_of_user
 from .services import (
     HOLD_SECONDS_DEFAULT,
@@ -94,6 +95,10 @@ class MyCouponsApi(APIView):
 
     @extend_schema(
         tags=["coupons"],
+        summary="The shopper's coupons",
+        description="The authenticated shopper's coupons, newest first, 20 a page (page_size up to 100), "
+                    "optionally of one status. Coupons past their validity are expired (with their event) before "
+                    "the list is read, so a shopper never sees a stale status.",
         parameters=[
             OpenApiParameter("status", str, enum=list(CouponStatus.values), required=False),
             OpenApiParameter("page", int, required=False),
@@ -225,6 +230,19 @@ _USE_RESPONSE = inline_serializer("CouponUseResult", {
     "hold_until": serializers.DateTimeField(required=False),
     "detail": serializers.CharField(required=False),
 })
+
+
+def _refusal_examples(*codes: UseCode) -> list[OpenApiExample]:
+    """Response examples of refusals: the very bodies the API sends (coupons.outcomes)."""
+    return [OpenApiExample(REFUSALS[code][0], response_only=True, value=refused(code).body(),
+                           description=f"code {int(code)}: {REFUSALS[code][1]}") for code in codes]
+
+
+_USE_REFUSALS = (UseCode.EXPIRED, UseCode.ALREADY_REDEEMED, UseCode.MIN_SPEND_NOT_MET, UseCode.NOT_YET_VALID,
+                 UseCode.REVOKED, UseCode.NOT_ELIGIBLE, UseCode.ON_HOLD)
+_IDEMPOTENCY_NOTE = (" A repeat with the same Idempotency-Key and the same request within 24 h answers the first "
+                     "answer unchanged (header Idempotent-Replayed: true); with a different request 422; while "
+                     "the first is still running 409.")
 _ERRORS = {409: OpenApiResponse(description="The same Idempotency-Key is still in flight (Retry-After)."),
            422: OpenApiResponse(description="The same Idempotency-Key was used with a different request.")}
 
@@ -249,11 +267,16 @@ class CouponRedeemApi(CouponUseApi):
 
     @extend_schema(
         tags=["coupons"], parameters=[_IDEMPOTENCY_HEADER],
+        summary="Use a coupon for an order in one step",
+        description="Apply the shopper's coupon to an order: the discount is computed from the coupon's rule "
+                    "(fixed or percentage with a cap, minimum spend, currency) and the coupon becomes redeemed by "
+                    "this order. 200 with code 0 `redeemed`, `discount` and `payable`, or a refusal: " + _USE_CODES
+                    + ". The same order redeeming again gets its redemption back." + _IDEMPOTENCY_NOTE,
         request=inline_serializer("RedeemRequest", _order_fields()),
         responses={200: _USE_RESPONSE, **_ERRORS},
         examples=[OpenApiExample("redeemed", response_only=True,
                                  value={"code": 0, "status": "redeemed", "discount": "50.00", "payable": "300.00"}),
-                  OpenApiExample("min spend", response_only=True, value={"code": 12, "status": "min_spend_not_met"}),
+                  *_refusal_examples(*_USE_REFUSALS),
                   OpenApiExample("request", request_only=True,
                                  value={"order_id": "A-1001", "order_amount": "350.00", "currency": "CNY"})],
     )
@@ -275,6 +298,12 @@ class CouponReserveApi(CouponUseApi):
 
     @extend_schema(
         tags=["coupons"], parameters=[_IDEMPOTENCY_HEADER],
+        summary="Hold a coupon for an order awaiting payment",
+        description="Reserve the coupon for an order until `hold_until` (now + hold_seconds, default 900, at most "
+                    f"{HOLD_SECONDS_MAX}): nobody else can use it meanwhile. Confirm when the order is paid, "
+                    "release when it is cancelled; a hold not confirmed in time lapses and the coupon is usable "
+                    "again. 200 with code 0 `reserved`, `discount`, `payable` and `hold_until`, or a refusal: "
+                    + _USE_CODES + "." + _IDEMPOTENCY_NOTE,
         request=inline_serializer("ReserveRequest", {
             **_order_fields(),
             "hold_seconds": serializers.IntegerField(required=False, min_value=1, max_value=HOLD_SECONDS_MAX,
@@ -283,7 +312,9 @@ class CouponReserveApi(CouponUseApi):
         examples=[OpenApiExample("reserved", response_only=True, value={
             "code": 0, "status": "reserved", "discount": "50.00", "payable": "300.00",
             "hold_until": "2026-11-30T10:15:00+00:00"}),
-                  OpenApiExample("on hold", response_only=True, value={"code": 16, "status": "on_hold"})],
+                  *_refusal_examples(*_USE_REFUSALS),
+                  OpenApiExample("request", request_only=True, value={
+                      "order_id": "A-1002", "order_amount": "350.00", "currency": "CNY", "hold_seconds": 900})],
     )
     def post(self, request: Request, code: str) -> Response:
         key = idempotency_key(request._request, required=True)
@@ -304,9 +335,19 @@ class CouponConfirmApi(CouponUseApi):
 
     @extend_schema(
         tags=["coupons"], parameters=[_OPTIONAL_IDEMPOTENCY_HEADER],
+        summary="Confirm a held coupon: the order was paid",
+        description="The order that holds the coupon was paid: the coupon becomes redeemed by it. 200 with code 0 "
+                    "`redeemed` (again for a repeat), or a refusal: 16 on_hold (held for another order), 11 "
+                    "already_redeemed, 14 revoked, 10 expired, 17 hold_lapsed (this order's hold lapsed: reserve "
+                    "again), 18 not_held (this order holds no hold on the coupon). Idempotency-Key optional."
+                    + _IDEMPOTENCY_NOTE,
         request=inline_serializer("ConfirmRequest", {"order_id": _order_id_field()}),
         responses={200: _USE_RESPONSE, **_ERRORS},
-        examples=[OpenApiExample("lapsed", response_only=True, value={"code": 17, "status": "hold_lapsed"})],
+        examples=[OpenApiExample("redeemed", response_only=True,
+                                 value={"code": 0, "status": "redeemed", "discount": "50.00", "payable": "300.00"}),
+                  *_refusal_examples(UseCode.HOLD_LAPSED, UseCode.NOT_HELD, UseCode.ON_HOLD,
+                                     UseCode.ALREADY_REDEEMED, UseCode.REVOKED, UseCode.EXPIRED),
+                  OpenApiExample("request", request_only=True, value={"order_id": "A-1002"})],
     )
     def post(self, request: Request, code: str) -> Response:
         key = idempotency_key(request._request)
@@ -326,10 +367,17 @@ class CouponReleaseApi(CouponUseApi):
 
     @extend_schema(
         tags=["coupons"], parameters=[_OPTIONAL_IDEMPOTENCY_HEADER],
+        summary="Release a coupon: the order was cancelled or not paid",
+        description="Undo this order's hold or redemption: the coupon is usable again if still valid (else "
+                    "expired). Always 200 with code 0 `released` and the coupon's `coupon_status`; releasing a "
+                    "coupon the order does not hold changes nothing. Idempotency-Key optional." + _IDEMPOTENCY_NOTE,
         request=inline_serializer("ReleaseRequest", {"order_id": _order_id_field()}),
         responses={200: inline_serializer("ReleaseResult", {
             "code": serializers.IntegerField(), "status": serializers.CharField(),
             "coupon_status": serializers.ChoiceField(choices=CouponStatus.choices)}), **_ERRORS},
+        examples=[OpenApiExample("released", response_only=True,
+                                 value={"code": 0, "status": "released", "coupon_status": "active"}),
+                  OpenApiExample("request", request_only=True, value={"order_id": "A-1002"})],
     )
     def post(self, request: Request, code: str) -> Response:
         key = idempotency_key(request._request)

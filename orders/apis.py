@@ -134,9 +134,11 @@ CLAIM_OPERATION = {
                 "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"},
                                                  "example": {"code": 429, "status": "rate_limited"}}}},
         "413": {"description": "Body too large.", "content": {"application/json": {
-            "schema": {"$ref": "#/components/schemas/Error"}}}},
+            "schema": {"$ref": "#/components/schemas/Error"},
+            "example": {"code": 413, "status": "payload_too_large"}}}},
         "415": {"description": "Body is not JSON.", "content": {"application/json": {
-            "schema": {"$ref": "#/components/schemas/Error"}}}},
+            "schema": {"$ref": "#/components/schemas/Error"},
+            "example": {"code": 415, "status": "unsupported_media_type"}}}},
     },
 }
 
@@ -158,6 +160,11 @@ class ClaimDetailApi(APIView):
 
     @extend_schema(
         tags=["claims"],
+        summary="A claim and its coupon",
+        description="The async order behind a claim: `pending` while it waits in the campaign's ledger in Redis, "
+                    "`issued` with its coupon once the drain wrote it to PostgreSQL (usually within a second), "
+                    "`cancelled` after a cancel, `failed` if it could not be issued. Only the shopper who claimed "
+                    "it sees it: anyone else gets the same 404 as for an unknown claim.",
         responses={200: ClaimOutputSerializer},
         examples=[OpenApiExample("pending", value={
             "code": 0, "status": "pending", "claim_id": "42-1764470000000-0", "campaign_id": 42,
@@ -198,6 +205,12 @@ class ClaimCancelApi(ShopperApi):
 
     @extend_schema(
         tags=["claims"],
+        summary="Give a claimed coupon back",
+        description="Cancel the claim: its coupon is revoked and the stock and the shopper's per-user count return "
+                    "to the sale through the same atomic path as the claim. A claim still pending is recorded as "
+                    "cancelled at once. 200 with code 0 `cancelled`, or a refusal: 4 ended (after the campaign's "
+                    "end nothing is given back), 10 expired, 11 already_redeemed, 14 revoked, 16 on_hold. "
+                    "Idempotency-Key optional.",
         parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER, required=False)],
         request=None,
         responses={200: inline_serializer("CancelResult", {

@@ -52,7 +52,7 @@ def worker_registry() -> CollectorRegistry:
 @worker_ready.connect
 def serve_worker_metrics(**_: Any) -> None:
     """Serve the worker's counters on COUPONRUSH_WORKER_METRICS_PORT (unset: the web's /metrics has them)."""
-    port = os.environ.get(WORKER_METRICS_PORT_ENV)
+    port = os.environ.get("COUPONRUSH_WORKER_METRICS_PORT")
     if not port:
         return
     if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):

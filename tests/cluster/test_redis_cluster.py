@@ -2,6 +2,7 @@
 campaigns whose slots live on different masters; no CROSSSLOT error, and every balance exact."""
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import random
@@ -37,6 +38,7 @@ from orders.reconciliation import campaign_reconcile
 from orders.services import RateLimited, campaign_verify, claim_cancel, claim_create, drain_campaign
 
 from ..orders.test_reconciliation import lose_from_postgres
+from ..test_settings import GOOD, run_with_production_settings
 from .conftest import Cluster
 
 STOCK, LIMIT, SHOPPERS = 30, 2, 40
@@ -85,6 +87,8 @@ def storm(campaigns: list[Campaign], *, threads: int, claims_per_thread: int) ->
                     mine.append((campaign.pk, outcome.status, outcome.claim_id))
                 except RateLimited:
                     mine.append((campaign.pk, "rate_limited", None))
+                except Unavailable as exc:  # a fast 503 (a starved machine can pass the 0.5 s deadline)
+                    mine.append((campaign.pk, "unavailable", repr(exc.__cause__)))
         except BaseException as exc:  # noqa: BLE001 - reported below, with the thread's other answers
             errors.append(exc)
         finally:
@@ -98,6 +102,9 @@ def storm(campaigns: list[Campaign], *, threads: int, claims_per_thread: int) ->
     for w in workers:
         w.join()
     assert not errors, errors
+    unavailable = [cause for _, status, cause in answers if status == "unavailable"]
+    assert not [cause for cause in unavailable if "slot" in str(cause).lower() or "moved" in str(cause).lower()]
+    assert len(unavailable) <= len(answers) // 20, unavailable  # a rare timeout, never the cluster's routing
     return answers
 
 
@@ -132,18 +139,21 @@ def test_claims_drain_cancel_and_reconciliation_balance_on_campaigns_spread_over
         try:
             while not draining.is_set():
                 for campaign in campaigns:
-                    drain_campaign(campaign_id=campaign.pk, max_seconds=1)
+                    with contextlib.suppress(StoreUnavailable):  # a timeout: the next round drains it
+                        drain_campaign(campaign_id=campaign.pk, max_seconds=1)
         finally:
             connections.close_all()
 
     drainer = threading.Thread(target=drain_meanwhile)
     drainer.start()
-    answers = storm(campaigns, threads=8, claims_per_thread=STOCK * len(campaigns) // 3)
-    draining.set()
-    drainer.join()
+    try:
+        answers = storm(campaigns, threads=8, claims_per_thread=STOCK * len(campaigns) // 3)
+    finally:
+        draining.set()
+        drainer.join()
 
     # Then every campaign sold exactly its stock, nobody above the limit, every other answer a clean refusal
-    assert {status for _, status, _ in answers} <= {"claimed", "sold_out", "limit_reached"}
+    assert {status for _, status, _ in answers} <= {"claimed", "sold_out", "limit_reached", "unavailable"}
     claimed = Counter(cid for cid, status, _ in answers if status == "claimed")
     assert claimed == {c.pk: STOCK for c in campaigns}
     assert remaining_many([c.pk for c in campaigns]) == {c.pk: 0 for c in campaigns}  # one pipeline, 3 nodes
@@ -292,17 +302,17 @@ def test_claims_and_cancels_over_http_on_the_cluster_balance(
     for w in workers:
         w.join()
 
-    # Then every answer is a 200 and every campaign sold exactly its stock
-    assert Counter(status for _, status, _ in answers) == {200: len(answers)}, Counter(
-        (status, body.get("status")) for _, status, body in answers)
-    claimed = Counter(cid for cid, _, body in answers if body["status"] == "claimed")
+    # Then every answer is a 200 (bar a rare fast 503 on a starved machine) and every campaign sold exactly its stock
+    statuses = Counter(status for _, status, _ in answers)
+    assert set(statuses) <= {200, 503} and statuses[503] <= len(answers) // 20, statuses
+    claimed = Counter(cid for cid, status, body in answers if status == 200 and body["status"] == "claimed")
     assert claimed == {c.pk: STOCK for c in campaigns}
 
     # When a claim of each campaign is cancelled over HTTP, and the ledgers are drained
     conn = http.client.HTTPConnection(url.hostname, url.port, timeout=30)
     for campaign in campaigns:
-        claim_id = next(body["claim_id"] for cid, _, body in answers
-                        if cid == campaign.pk and body["status"] == "claimed")
+        claim_id = next(body["claim_id"] for cid, status, body in answers
+                        if cid == campaign.pk and status == 200 and body["status"] == "claimed")
         entry = ledger.pending_entry(campaign.pk, ledger.parse_claim_id(claim_id)[1])
         assert entry is not None
         status, body = post(conn, f"/api/v1/claims/{claim_id}/cancel", entry.user_id)
@@ -315,3 +325,16 @@ def test_claims_and_cancels_over_http_on_the_cluster_balance(
     for campaign in campaigns:
         assert stock(campaign) == 1
         assert balanced(campaign)
+
+
+def test_production_on_a_cluster_needs_a_plain_redis_for_the_broker_and_puts_the_cache_there() -> None:
+    cluster = {**GOOD, "REDIS_URL": "redis://redis-cluster-seed.internal:6379/0", "REDIS_CLUSTER": "1"}
+    refused = run_with_production_settings({**cluster, "CELERY_BROKER_URL": None}, "check")
+    assert refused.returncode != 0
+    assert "REDIS_CLUSTER=1 needs CELERY_BROKER_URL" in refused.stderr
+
+    shown = run_with_production_settings(
+        {**cluster, "CELERY_BROKER_URL": "redis://broker.internal:6379/0"}, "shell", "-c",
+        "from django.conf import settings as s; print(s.COUPONS_REDIS_CLUSTER, s.CACHES['default']['LOCATION'])")
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.splitlines()[-1].split() == ["True", "redis://broker.internal:6379/0"]

@@ -6,19 +6,24 @@ Idempotency-Key (free text) enters a key name only as its SHA-256.
 """
 from __future__ import annotations
 
+import asyncio
 import enum
 import hashlib
 import threading
 import time
 import uuid
+import weakref
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import redis
 from django.conf import settings
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+
+from .redis_async import PipelinedRedis
 
 LUA_DIR = Path(__file__).resolve().parent / "lua"
 DRAIN_GROUP = "drain"
@@ -119,6 +124,9 @@ def reset_redis_client() -> None:
         _scripts = None
         _recovery = None
         _clock["measured"] = -1e9
+        for client in list(_async_clients.values()):
+            client.close()
+        _async_clients.clear()
 
 
 class _Scripts:
@@ -156,45 +164,148 @@ def run_claim(
 
     Raise StoreUnavailable.
     """
+    call = claim_call(campaign_id=campaign_id, user_id=user_id, idempotency_key=idempotency_key,
+                      client_ip=client_ip, now_ms=redis_now_ms())
+    try:
+        raw = scripts().claim(keys=call.keys, args=call.args)
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        # The reply is lost, not necessarily the claim: once the deadline has passed the script can no longer
+        # run, so its stored answer (or its absence) is the outcome. Never answer 503 for a claim that happened.
+        raw = _found_or_unavailable(_stored_answer_after(call.idem_key, call.deadline_ms), exc)
+    except redis.RedisError as exc:
+        raise StoreUnavailable(str(exc)) from exc
+    return claim_result(raw)
+
+
+def _found_or_unavailable(stored: tuple[int, str] | None, exc: Exception) -> list[Any]:
+    """The script's reply rebuilt from its stored answer (the drain flag set: a trigger costs nothing), or
+    StoreUnavailable when it never ran."""
+    if stored is None:
+        raise StoreUnavailable(str(exc)) from exc
+    return [stored[0], stored[1], 2]
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimCall:
+    """One claim script call: its keys and arguments, where it leaves its answer, and its deadline."""
+
+    keys: list[str]
+    args: list[str | int]
+    idem_key: str
+    deadline_ms: int
+
+
+def claim_call(
+    *, campaign_id: int, user_id: str, idempotency_key: str | None, client_ip: str | None, now_ms: int
+) -> ClaimCall:
+    """Build the claim script's call (claim.lua documents the keys and arguments); `now_ms` is Redis's clock."""
     keys = campaign_keys(campaign_id)
     # Every claim stores its answer under a key: the shopper's Idempotency-Key (kept 24 h), or one of its own
-    # (kept seconds), so that when the reply is lost the outcome can still be read (see below).
+    # (kept seconds), so that when the reply is lost the outcome can still be read (see run_claim).
     if idempotency_key is not None:
         idem_key, keep_ms = keys.idempotency(user_id, idempotency_key), settings.COUPONS_IDEMPOTENCY_TTL_SECONDS * 1000
     else:
         idem_key, keep_ms = keys.own_answer(uuid.uuid4().hex), OWN_ANSWER_KEEP_MS
     window = int(time.time())
     ip_limit = settings.COUPONS_RATE_LIMIT_IP_PER_SECOND if client_ip else 0
-    deadline_ms = redis_now_ms() + int(settings.COUPONS_REDIS_SOCKET_TIMEOUT * 1000) - DEADLINE_MARGIN_MS
-    try:
-        code, ledger_id, flags = scripts().claim(
-            keys=[keys.meta, keys.stock, keys.users, keys.ledger, idem_key, keys.drain, keys.rate(window),
-                  keys.rate(window, f"u:{user_id}"), keys.rate(window, f"i:{client_ip or '-'}")],
-            args=[
-                user_id,
-                "1",
-                keep_ms,
-                settings.COUPONS_DRAIN_TRIGGER_TTL_MS,
-                settings.COUPONS_RATE_LIMIT_SHOPPER_PER_SECOND,
-                ip_limit,
-                deadline_ms,
-            ],
-        )
-    except (redis.ConnectionError, redis.TimeoutError) as exc:
-        # The reply is lost, not necessarily the claim: once the deadline has passed the script can no longer
-        # run, so its stored answer (or its absence) is the outcome. Never answer 503 for a claim that happened.
-        stored = _stored_answer_after(idem_key, deadline_ms)
-        if stored is None:
-            raise StoreUnavailable(str(exc)) from exc
-        code, ledger_id, flags = stored[0], stored[1], 2
-    except redis.RedisError as exc:
-        raise StoreUnavailable(str(exc)) from exc
+    deadline_ms = now_ms + int(settings.COUPONS_REDIS_SOCKET_TIMEOUT * 1000) - DEADLINE_MARGIN_MS
+    return ClaimCall(
+        keys=[keys.meta, keys.stock, keys.users, keys.ledger, idem_key, keys.drain, keys.rate(window),
+              keys.rate(window, f"u:{user_id}"), keys.rate(window, f"i:{client_ip or '-'}")],
+        args=[
+            user_id,
+            "1",
+            keep_ms,
+            settings.COUPONS_DRAIN_TRIGGER_TTL_MS,
+            settings.COUPONS_RATE_LIMIT_SHOPPER_PER_SECOND,
+            ip_limit,
+            deadline_ms,
+        ],
+        idem_key=idem_key,
+        deadline_ms=deadline_ms,
+    )
+
+
+def claim_result(raw: Any) -> ClaimResult:
+    """Read the claim script's reply {code, ledger id, flags}."""
+    code, ledger_id, flags = raw
     return ClaimResult(
         code=ClaimCode(int(code)),
         ledger_id=ledger_id.decode() if isinstance(ledger_id, bytes) else str(ledger_id),
         replayed=bool(int(flags) & 1),
         trigger_drain=bool(int(flags) & 2),
     )
+
+
+async def run_claim_async(
+    *, campaign_id: int, user_id: str, idempotency_key: str | None, client_ip: str | None = None
+) -> ClaimResult:
+    """run_claim() for an event loop, through its auto-pipelined connection (campaigns/redis_async.py).
+
+    Raise StoreUnavailable.
+    """
+    client = async_client()
+    try:
+        now_ms = await _redis_now_ms_async(client)
+    except redis.RedisError as exc:
+        raise StoreUnavailable(str(exc)) from exc
+    call = claim_call(campaign_id=campaign_id, user_id=user_id, idempotency_key=idempotency_key,
+                      client_ip=client_ip, now_ms=now_ms)
+    script = scripts().claim
+    try:
+        raw = await client.evalsha(script.sha, script.script, call.keys, call.args)
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        raw = _found_or_unavailable(await _stored_answer_after_async(call.idem_key, call.deadline_ms), exc)
+    except redis.RedisError as exc:
+        raise StoreUnavailable(str(exc)) from exc
+    return claim_result(raw)
+
+
+# One auto-pipelined connection per event loop (a granian ASGI worker runs one).
+_async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, PipelinedRedis] = weakref.WeakKeyDictionary()
+
+
+def async_client() -> PipelinedRedis:
+    loop = asyncio.get_running_loop()
+    client = _async_clients.get(loop)
+    if client is None:
+        timeout = settings.COUPONS_REDIS_SOCKET_TIMEOUT
+        client = _async_clients[loop] = PipelinedRedis(settings.REDIS_URL, timeout=timeout)
+    return client
+
+
+async def _redis_now_ms_async(client: PipelinedRedis) -> int:
+    now = time.monotonic()
+    if now - _clock["measured"] > _OFFSET_REFRESH_SECONDS:
+        before = time.time()
+        seconds, micros = await client.execute("TIME")
+        _learn_offset(before, time.time(), int(seconds), int(micros), now)
+    return int(time.time() * 1000 + _clock["offset_ms"])
+
+
+async def _stored_answer_after_async(idem_key: str, deadline_ms: int) -> tuple[int, str] | None:
+    """_stored_answer_after() for an event loop: a fresh short-timeout connection reads the stored answer."""
+    wait_ms = deadline_ms + DEADLINE_MARGIN_MS - int(time.time() * 1000 + _clock["offset_ms"])
+    if wait_ms > 0:
+        await asyncio.sleep(min(wait_ms, 1000) / 1000)
+    give_up = time.monotonic() + RECOVERY_BUDGET_SECONDS
+    while time.monotonic() < give_up:
+        reader = PipelinedRedis(settings.REDIS_URL, timeout=0.1)
+        try:
+            stored = await reader.execute("GET", idem_key)
+        except redis.RedisError:
+            await asyncio.sleep(0.01)
+            continue
+        finally:
+            reader.close()
+        return None if stored is None else _parse_stored(stored)
+    return None
+
+
+def _parse_stored(stored: bytes | str) -> tuple[int, str]:
+    text = stored.decode() if isinstance(stored, bytes) else str(stored)
+    code, _, ledger_id = text.partition(":")
+    return int(code), ledger_id
 
 
 OWN_ANSWER_KEEP_MS = 10_000
@@ -226,11 +337,7 @@ def _stored_answer_after(idem_key: str, deadline_ms: int) -> tuple[int, str] | N
             stored = _recovery_client().get(idem_key)
         except redis.RedisError:
             continue
-        if stored is None:
-            return None
-        text = stored.decode() if isinstance(stored, bytes) else str(stored)
-        code, _, ledger_id = text.partition(":")
-        return int(code), ledger_id
+        return None if stored is None else _parse_stored(stored)
     return None
 
 
@@ -252,10 +359,14 @@ def redis_now_ms() -> int:
             after = time.time()
         except redis.RedisError as exc:
             raise StoreUnavailable(str(exc)) from exc
-        local_ms = (before + after) / 2 * 1000
-        _clock["offset_ms"] = seconds * 1000 + micros / 1000 - local_ms
-        _clock["measured"] = now
+        _learn_offset(before, after, seconds, micros, now)
     return int(time.time() * 1000 + _clock["offset_ms"])
+
+
+def _learn_offset(before: float, after: float, seconds: int, micros: int, measured: float) -> None:
+    """Remember the offset of Redis's clock (TIME: seconds, micros) from ours, read between before and after."""
+    _clock["offset_ms"] = seconds * 1000 + micros / 1000 - (before + after) / 2 * 1000
+    _clock["measured"] = measured
 
 
 def to_ms(moment: datetime) -> int:

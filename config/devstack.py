@@ -59,12 +59,11 @@ READY_TIMEOUT = 90.0
 
 
 def web_command(port: int, host: str = "127.0.0.1") -> list[str]:
-    # granian WSGI was the fastest server measured for Django here. --backpressure 16 caps the requests a
-    # worker processes at once (its default allows 256 threads): claims/s went from ~1,800 to ~2,800 in one
-    # bench run (8: ~2,200, 32: ~1,900); see bench/README.md.
+    # granian's ASGI interface (config/asgi.py): the claim on the event loop with an auto-pipelined Redis
+    # connection, the rest of the API through Django's WSGI handler in a thread pool. See bench/README.md.
     return [
-        "granian", "--interface", "wsgi", "config.wsgi:application",
-        "--host", host, "--port", str(port), "--workers", "2", "--backpressure", "16",
+        "granian", "--interface", "asgi", "config.asgi:application",
+        "--host", host, "--port", str(port), "--workers", "2",
         "--static-path-route", "/static", "--static-path-mount", str(STATIC_ROOT),
     ]  # fmt: skip
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -38,36 +39,81 @@ from coupons.selectors import coupon_for_claim
 from . import ledger
 from .metrics import CLAIM_SECONDS, CLAIMS
 from .models import Claim, ClaimStatus
-from .services import claim_cancel, claim_create
+from .services import ClaimOutcome, claim_cancel, claim_create, claim_create_async
 
 REPLAYED = {"Idempotent-Replayed": "true"}
 
 
-def claim_answer(meta: Mapping[str, Any], campaign_id_text: str, read_body: Callable[[], bytes]
-                 ) -> tuple[int, dict[str, Any], dict[str, str]]:
+Answer3 = tuple[int, dict[str, Any], dict[str, str]]
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRequest:
+    campaign_id: int
+    user_id: str
+    idempotency_key: str | None
+    client_ip: str | None
+
+
+def claim_answer(meta: Mapping[str, Any], campaign_id_text: str, read_body: Callable[[], bytes]) -> Answer3:
     """Answer a claim request: (HTTP status, JSON body, extra headers). The one implementation of the claim
-    endpoint, used by the Django view and by the WSGI fast path (config/fastpath.py).
+    endpoint, used by the Django view and by the WSGI fast path (config/fastpath.py); claim_answer_async is
+    the same for the ASGI fast path (config/asgi.py).
 
     `meta` is the WSGI environ (Django's request.META is the same mapping).
     """
     started = time.perf_counter()
-    campaign: int | None = None
     try:
-        user_id = authenticated_user(meta)
-        campaign = parse_id(campaign_id_text)
-        key = idempotency_key_of(meta)
-        json_object_of(meta, read_body)
-        ip = client_ip(meta) if settings.COUPONS_RATE_LIMIT_IP_PER_SECOND else None  # only when it is limited
-        outcome = claim_create(campaign_id=campaign, user_id=user_id, idempotency_key=key, client_ip=ip)
+        request = claim_request_of(meta, campaign_id_text, read_body)
     except ApplicationError as exc:
-        # Label only campaigns that exist (an unknown id is "-"), so a storm of junk ids adds no series.
-        known = campaign if campaign is not None and exc.http_status not in (400, 401, 404) else "-"
-        CLAIMS.labels(str(known), exc.status).inc()
-        CLAIM_SECONDS.observe(time.perf_counter() - started)
-        return exc.http_status, body_of(exc.code, exc.status, exc.message, **exc.extra), error_headers(exc.http_status)
-    CLAIMS.labels(str(campaign), outcome.status).inc()
+        return _refused(exc, None, started)
+    try:
+        outcome = claim_create(campaign_id=request.campaign_id, user_id=request.user_id,
+                               idempotency_key=request.idempotency_key, client_ip=request.client_ip)
+    except ApplicationError as exc:
+        return _refused(exc, request.campaign_id, started)
+    return _answered(outcome, started)
+
+
+async def claim_answer_async(meta: Mapping[str, Any], campaign_id_text: str, body: bytes) -> Answer3:
+    """claim_answer() on an event loop: the same checks and answer, the script through claim_create_async."""
+    started = time.perf_counter()
+    try:
+        request = claim_request_of(meta, campaign_id_text, lambda: body)
+    except ApplicationError as exc:
+        return _refused(exc, None, started)
+    try:
+        outcome = await claim_create_async(campaign_id=request.campaign_id, user_id=request.user_id,
+                                           idempotency_key=request.idempotency_key, client_ip=request.client_ip)
+    except ApplicationError as exc:
+        return _refused(exc, request.campaign_id, started)
+    return _answered(outcome, started)
+
+
+def claim_request_of(meta: Mapping[str, Any], campaign_id_text: str, read_body: Callable[[], bytes]
+                     ) -> ClaimRequest:
+    """Check the token, the campaign id, the Idempotency-Key and the body. Raise ApplicationError."""
+    user_id = authenticated_user(meta)
+    campaign = parse_id(campaign_id_text)
+    key = idempotency_key_of(meta)
+    json_object_of(meta, read_body)
+    ip = client_ip(meta) if settings.COUPONS_RATE_LIMIT_IP_PER_SECOND else None  # only when it is limited
+    return ClaimRequest(campaign, user_id, key, ip)
+
+
+def _refused(exc: ApplicationError, campaign: int | None, started: float) -> Answer3:
+    # Label only campaigns that exist (an unknown id is "-"), so a storm of junk ids adds no series.
+    known = campaign if campaign is not None and exc.http_status != 404 else "-"
+    CLAIMS.labels(str(known), exc.status).inc()
     CLAIM_SECONDS.observe(time.perf_counter() - started)
-    body = {"code": outcome.code, "status": outcome.status, "claim_id": outcome.claim_id, "campaign_id": campaign}
+    return exc.http_status, body_of(exc.code, exc.status, exc.message, **exc.extra), error_headers(exc.http_status)
+
+
+def _answered(outcome: ClaimOutcome, started: float) -> Answer3:
+    CLAIMS.labels(str(outcome.campaign_id), outcome.status).inc()
+    CLAIM_SECONDS.observe(time.perf_counter() - started)
+    body = {"code": outcome.code, "status": outcome.status, "claim_id": outcome.claim_id,
+            "campaign_id": outcome.campaign_id}
     return 200, body, (REPLAYED if outcome.replayed else {})
 
 

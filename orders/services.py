@@ -1,6 +1,7 @@
 """Claims: the claim itself, the ledger drain into PostgreSQL, rebuild of a lost Redis state, verify."""
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -119,19 +120,56 @@ def claim_create(
     Raise NotFound (unknown or unpublished campaign), RateLimited, or Unavailable (Redis down, or the
     campaign's state lost from Redis and not yet rebuilt). Ids and the IP must be validated by the caller.
     """
-    if idempotency_key is None and _sold_out_until.get(campaign_id, 0.0) > time.monotonic():
-        return ClaimOutcome(ClaimCode.SOLD_OUT, CLAIM_STATUSES[ClaimCode.SOLD_OUT], campaign_id, None)
+    known = _known_sold_out(campaign_id, idempotency_key)
+    if known is not None:
+        return known
     try:
         result: redis_state.ClaimResult | None = redis_state.run_claim(
             campaign_id=campaign_id, user_id=user_id, idempotency_key=idempotency_key, client_ip=client_ip
         )
         if result is not None and result.code == ClaimCode.NO_STATE:
             result = _claim_without_state(campaign_id, user_id, idempotency_key, client_ip)
-        if result is None:
-            return ClaimOutcome(ClaimCode.ENDED, CLAIM_STATUSES[ClaimCode.ENDED], campaign_id, None)
     except StoreUnavailable as exc:
         log.warning("claim on campaign %s: Redis unavailable: %s", campaign_id, exc)
         raise Unavailable() from exc
+    return _claim_outcome(campaign_id, result)
+
+
+async def claim_create_async(
+    *, campaign_id: int, user_id: str, idempotency_key: str | None, client_ip: str | None = None
+) -> ClaimOutcome:
+    """claim_create() on an event loop (the claim's fast path, config/asgi.py): the same steps, the script
+    through the loop's auto-pipelined connection. The rare steps that read PostgreSQL (a campaign Redis does
+    not know) run in a thread; on Redis Cluster the whole claim does (the pipelined client speaks to one node).
+    """
+    if settings.COUPONS_REDIS_CLUSTER:
+        return await asyncio.to_thread(claim_create, campaign_id=campaign_id, user_id=user_id,
+                                       idempotency_key=idempotency_key, client_ip=client_ip)
+    known = _known_sold_out(campaign_id, idempotency_key)
+    if known is not None:
+        return known
+    try:
+        result: redis_state.ClaimResult | None = await redis_state.run_claim_async(
+            campaign_id=campaign_id, user_id=user_id, idempotency_key=idempotency_key, client_ip=client_ip
+        )
+        if result is not None and result.code == ClaimCode.NO_STATE:
+            result = await asyncio.to_thread(_claim_without_state, campaign_id, user_id, idempotency_key, client_ip)
+    except StoreUnavailable as exc:
+        log.warning("claim on campaign %s: Redis unavailable: %s", campaign_id, exc)
+        raise Unavailable() from exc
+    return _claim_outcome(campaign_id, result)
+
+
+def _known_sold_out(campaign_id: int, idempotency_key: str | None) -> ClaimOutcome | None:
+    if idempotency_key is None and _sold_out_until.get(campaign_id, 0.0) > time.monotonic():
+        return ClaimOutcome(ClaimCode.SOLD_OUT, CLAIM_STATUSES[ClaimCode.SOLD_OUT], campaign_id, None)
+    return None
+
+
+def _claim_outcome(campaign_id: int, result: redis_state.ClaimResult | None) -> ClaimOutcome:
+    """Turn the script's result (None: the campaign has ended) into the outcome, or raise."""
+    if result is None:
+        return ClaimOutcome(ClaimCode.ENDED, CLAIM_STATUSES[ClaimCode.ENDED], campaign_id, None)
     if result.code == ClaimCode.RATE_LIMITED:
         raise RateLimited()
     if result.code == ClaimCode.TOO_LATE:

@@ -1,0 +1,201 @@
+"""An asyncio Redis client for the claim's fast path that batches concurrent commands (auto-pipelining).
+
+A claim is one EVALSHA. On an event loop serving a hundred shoppers at once, sending each on its own costs a
+system call per claim on both sides; this client appends every command issued during one turn of the loop to
+a buffer, writes the buffer once, and hands the replies (which Redis sends in order) back to their callers.
+One connection per event loop: Redis runs the scripts one after another anyway.
+
+Semantics match the synchronous client's (campaigns/redis_state.redis_client): never a retry (a claim must
+not run twice), and a stalled Redis is a fast failure. A watchdog fails every waiting command with
+TimeoutError when the oldest has waited `timeout` seconds, and drops the connection; the next command opens
+a new one. Callers that must know whether a timed-out command ran find out from Redis afterwards
+(redis_state.run_claim_async).
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import ssl
+import time
+from typing import Any, cast
+
+import hiredis
+from redis.connection import parse_url
+from redis.exceptions import ConnectionError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+_SECOND_LOOK_SECONDS = 0.01
+
+
+class PipelinedRedis:
+    """One auto-pipelined connection, used from one event loop."""
+
+    def __init__(self, url: str, *, timeout: float, connect_timeout: float | None = None) -> None:
+        options = parse_url(url)
+        self._path: str | None = options.get("path")
+        self._host: str = options.get("host", "localhost")
+        self._port = int(options.get("port", 6379))
+        self._ssl = url.startswith("rediss://")
+        self._hello: list[tuple[Any, ...]] = []
+        if options.get("password") is not None:
+            user = options.get("username")
+            self._hello.append(("AUTH", user, options["password"]) if user else ("AUTH", options["password"]))
+        if int(options.get("db", 0)):
+            self._hello.append(("SELECT", int(options["db"])))
+        self.timeout = timeout
+        self.connect_timeout = connect_timeout if connect_timeout is not None else timeout
+        self._conn: _Connection | None = None
+        self._connecting: asyncio.Future[_Connection] | None = None
+
+    async def execute(self, *args: Any) -> Any:
+        """Send one command; return its reply. Raise ConnectionError, TimeoutError or ResponseError."""
+        conn = self._conn
+        if conn is None or conn.closed:
+            conn = await self._connect()
+        return await conn.send(hiredis.pack_command(args))
+
+    async def evalsha(self, sha: str, script: str | bytes | memoryview, keys: list[str], args: list[Any]) -> Any:
+        """Run a script by its SHA1; load it with EVAL when Redis does not know it (after SCRIPT FLUSH)."""
+        try:
+            return await self.execute("EVALSHA", sha, len(keys), *keys, *args)
+        except ResponseError as exc:
+            if not str(exc).startswith("NOSCRIPT"):
+                raise
+        return await self.execute("EVAL", script, len(keys), *keys, *args)
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.abort(ConnectionError("client closed"))
+            self._conn = None
+
+    async def _connect(self) -> _Connection:
+        # Concurrent callers on a fresh loop share one connection attempt.
+        if self._connecting is not None:
+            return await asyncio.shield(self._connecting)
+        loop = asyncio.get_running_loop()
+        self._connecting = loop.create_future()
+        try:
+            conn = await asyncio.wait_for(self._open(loop), self.connect_timeout)
+        except (OSError, TimeoutError, ResponseError) as exc:
+            error = exc if isinstance(exc, ResponseError) else ConnectionError(f"cannot connect to Redis: {exc!r}")
+            self._connecting.set_exception(error)
+            self._connecting.exception()  # retrieved: other waiters re-raise it, no "never retrieved" warning
+            self._connecting = None
+            raise error from exc
+        self._conn = conn
+        self._connecting.set_result(conn)
+        self._connecting = None
+        return conn
+
+    async def _open(self, loop: asyncio.AbstractEventLoop) -> _Connection:
+        def factory() -> _Connection:
+            return _Connection(loop, self.timeout)
+
+        if self._path:
+            _, conn = await loop.create_unix_connection(factory, self._path)
+        else:
+            context = ssl.create_default_context() if self._ssl else None
+            _, conn = await loop.create_connection(factory, self._host, self._port, ssl=context)
+        for command in self._hello:
+            await conn.send(hiredis.pack_command(command))
+        return conn
+
+
+class _Connection(asyncio.Protocol):
+    def __init__(self, loop: asyncio.AbstractEventLoop, timeout: float) -> None:
+        self.loop = loop
+        self.timeout = timeout
+        self.transport: asyncio.Transport | None = None
+        self.reader = hiredis.Reader(notEnoughData=False)
+        self.waiting: collections.deque[tuple[asyncio.Future[Any], float]] = collections.deque()
+        self.outgoing: list[bytes] = []
+        self.flush_scheduled = False
+        self.watchdog: asyncio.TimerHandle | None = None
+        self.closed = False
+        self.writes = 0  # how many writes carried the commands (fewer than commands: the batching works)
+
+    # -- sending ------------------------------------------------------------------------------------------
+
+    def send(self, packed: bytes) -> asyncio.Future[Any]:
+        if self.closed:
+            raise ConnectionError("connection to Redis lost")
+        future = self.loop.create_future()
+        self.waiting.append((future, time.monotonic()))
+        self.outgoing.append(packed)
+        if not self.flush_scheduled:
+            self.flush_scheduled = True
+            self.loop.call_soon(self._flush)
+        if self.watchdog is None:
+            self.watchdog = self.loop.call_later(self.timeout, self._check)
+        return future
+
+    def _flush(self) -> None:
+        self.flush_scheduled = False
+        if self.closed or self.transport is None:
+            return
+        data = b"".join(self.outgoing)
+        self.outgoing.clear()
+        self.transport.write(data)
+        self.writes += 1
+
+    def _check(self, suspect: asyncio.Future[Any] | None = None) -> None:
+        """Fail everything that waits when the oldest command has waited `timeout` seconds.
+
+        In two steps: an event loop that was itself held up may run this timer before it reads the replies
+        that arrived meanwhile (uvloop runs timers first), so the oldest command is failed only if it is
+        still waiting one poll of the socket later.
+        """
+        self.watchdog = None
+        if not self.waiting:
+            return
+        oldest, sent_at = self.waiting[0]
+        overdue = time.monotonic() - sent_at
+        if overdue < self.timeout:
+            self.watchdog = self.loop.call_later(self.timeout - overdue, self._check)
+        elif oldest is suspect:
+            self.abort(RedisTimeoutError(f"Redis did not answer within {self.timeout}s"))
+        else:
+            self.watchdog = self.loop.call_later(_SECOND_LOOK_SECONDS, self._check, oldest)
+
+    def abort(self, error: Exception) -> None:
+        if not self.closed:
+            self.closed = True
+            if self.transport is not None:
+                self.transport.abort()
+        while self.waiting:
+            future, _ = self.waiting.popleft()
+            if not future.done():
+                future.set_exception(error)
+        if self.watchdog is not None:
+            self.watchdog.cancel()
+            self.watchdog = None
+
+    # -- asyncio.Protocol ---------------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's transports are not its subclasses
+
+    def data_received(self, data: bytes) -> None:
+        self.reader.feed(data)
+        waiting = self.waiting
+        while True:
+            try:
+                reply = self.reader.gets()
+            except hiredis.ProtocolError as exc:
+                self.abort(ConnectionError(f"Redis protocol error: {exc}"))
+                return
+            if reply is False:
+                break
+            if not waiting:  # a reply nobody asked for: the stream is out of step, never trust it
+                self.abort(ConnectionError("unexpected reply from Redis"))
+                return
+            future, _ = waiting.popleft()
+            if future.done():
+                continue
+            if isinstance(reply, hiredis.ReplyError):
+                future.set_exception(ResponseError(str(reply)))
+            else:
+                future.set_result(reply)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.abort(ConnectionError(f"connection to Redis lost: {exc!r}" if exc else "connection to Redis closed"))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import ssl
 import time
 from typing import Any, cast
@@ -161,7 +162,8 @@ class _Connection(asyncio.Protocol):
         if not self.closed:
             self.closed = True
             if self.transport is not None:
-                self.transport.abort()
+                with contextlib.suppress(RuntimeError):  # its event loop is already closed
+                    self.transport.abort()
         while self.waiting:
             future, _ = self.waiting.popleft()
             if not future.done():

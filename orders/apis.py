@@ -32,6 +32,7 @@ from config.api import (
     json_response,
     parse_id,
 )
+from config.tracing import span
 from coupons.apis import CouponOutputSerializer, answer_response
 from coupons.idempotency import Answer, run_idempotent
 from coupons.selectors import coupon_for_claim
@@ -67,11 +68,14 @@ def claim_answer(meta: Mapping[str, Any], campaign_id_text: str, read_body: Call
         request = claim_request_of(meta, campaign_id_text, read_body)
     except ApplicationError as exc:
         return _refused(exc, None, started)
-    try:
-        outcome = claim_create(campaign_id=request.campaign_id, user_id=request.user_id,
-                               idempotency_key=request.idempotency_key, client_ip=request.client_ip)
-    except ApplicationError as exc:
-        return _refused(exc, request.campaign_id, started)
+    with span("couponrush.claim", campaign_id=request.campaign_id) as traced:
+        try:
+            outcome = claim_create(campaign_id=request.campaign_id, user_id=request.user_id,
+                                   idempotency_key=request.idempotency_key, client_ip=request.client_ip)
+        except ApplicationError as exc:
+            traced.set(outcome=exc.status)
+            return _refused(exc, request.campaign_id, started)
+        traced.set(outcome=outcome.status, claim_id=outcome.claim_id)
     return _answered(outcome, started)
 
 
@@ -82,11 +86,14 @@ async def claim_answer_async(meta: Mapping[str, Any], campaign_id_text: str, bod
         request = claim_request_of(meta, campaign_id_text, lambda: body)
     except ApplicationError as exc:
         return _refused(exc, None, started)
-    try:
-        outcome = await claim_create_async(campaign_id=request.campaign_id, user_id=request.user_id,
-                                           idempotency_key=request.idempotency_key, client_ip=request.client_ip)
-    except ApplicationError as exc:
-        return _refused(exc, request.campaign_id, started)
+    with span("couponrush.claim", campaign_id=request.campaign_id) as traced:
+        try:
+            outcome = await claim_create_async(campaign_id=request.campaign_id, user_id=request.user_id,
+                                               idempotency_key=request.idempotency_key, client_ip=request.client_ip)
+        except ApplicationError as exc:
+            traced.set(outcome=exc.status)
+            return _refused(exc, request.campaign_id, started)
+        traced.set(outcome=outcome.status, claim_id=outcome.claim_id)
     return _answered(outcome, started)
 
 

@@ -115,3 +115,23 @@ def test_the_expiry_sweep_and_the_drift_repair_are_traced_with_what_they_did(spa
     assert (sweep.attributes["couponrush.expired"], sweep.attributes["couponrush.lapsed"]) == (1, 0)
     assert sweep.attributes["couponrush.finished"] is True
     assert len(named(spans, "couponrush.drift_repair")) == 1
+
+
+def test_a_claim_is_traced_with_its_campaign_outcome_and_claim_id_through_both_doors(spans, live_campaign) -> None:
+    import asyncio
+
+    from orders.apis import claim_answer, claim_answer_async
+
+    from .conftest import shopper_headers
+
+    campaign = live_campaign(total_stock=1, per_user_limit=1)
+    status, body, _ = claim_answer(shopper_headers("ann"), str(campaign.pk), lambda: b"")
+    status2, body2, _ = asyncio.run(claim_answer_async(shopper_headers("bob"), str(campaign.pk), b""))
+
+    claims = named(spans, "couponrush.claim")
+    assert (status, body["status"], status2, body2["status"]) == (200, "claimed", 200, "sold_out")
+    assert [dict(s.attributes) for s in claims] == [
+        {"couponrush.campaign_id": campaign.pk, "couponrush.outcome": "claimed",
+         "couponrush.claim_id": body["claim_id"]},
+        {"couponrush.campaign_id": campaign.pk, "couponrush.outcome": "sold_out"},
+    ]

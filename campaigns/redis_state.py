@@ -11,7 +11,6 @@ import enum
 import hashlib
 import threading
 import time
-import uuid
 import weakref
 from dataclasses import dataclass
 from datetime import datetime
@@ -22,6 +21,8 @@ import redis
 from django.conf import settings
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+
+from config.hot import hot, unique_hex
 
 from .redis_async import PipelinedRedis
 
@@ -64,7 +65,7 @@ class CampaignKeys:
         return f"cpn:{{c{self.campaign_id}}}:idem:{user_id}:{digest}"
 
     def own_answer(self, request_token: str) -> str:
-        """Where a claim without an Idempotency-Key leaves its answer for a few seconds (a uuid4 hex token)."""
+        """Where a claim without an Idempotency-Key leaves its answer for a few seconds (a unique hex token)."""
         return f"cpn:{{c{self.campaign_id}}}:ans:{request_token}"
 
     @property
@@ -76,10 +77,18 @@ class CampaignKeys:
 def campaign_keys(campaign_id: int) -> CampaignKeys:
     if type(campaign_id) is not int or campaign_id < 1:
         raise ValueError(f"not a campaign id: {campaign_id!r}")
-    tag = f"cpn:{{c{campaign_id}}}:"
-    return CampaignKeys(
-        campaign_id, tag + "meta", tag + "stock", tag + "users", tag + "ledger", tag + "drain", tag + "cancelled"
-    )
+    keys = _keys.get(campaign_id)
+    if keys is None:
+        if len(_keys) > 10_000:
+            _keys.clear()
+        tag = f"cpn:{{c{campaign_id}}}:"
+        keys = _keys[campaign_id] = CampaignKeys(
+            campaign_id, tag + "meta", tag + "stock", tag + "users", tag + "ledger", tag + "drain", tag + "cancelled"
+        )
+    return keys
+
+
+_keys: dict[int, CampaignKeys] = {}
 
 
 # One client per process. No retries: a claim script must never run twice because a reply was slow,
@@ -202,13 +211,14 @@ def claim_call(
     keys = campaign_keys(campaign_id)
     # Every claim stores its answer under a key: the shopper's Idempotency-Key (kept 24 h), or one of its own
     # (kept seconds), so that when the reply is lost the outcome can still be read (see run_claim).
+    conf = hot()
     if idempotency_key is not None:
-        idem_key, keep_ms = keys.idempotency(user_id, idempotency_key), settings.COUPONS_IDEMPOTENCY_TTL_SECONDS * 1000
+        idem_key, keep_ms = keys.idempotency(user_id, idempotency_key), conf.idempotency_ttl_ms
     else:
-        idem_key, keep_ms = keys.own_answer(uuid.uuid4().hex), OWN_ANSWER_KEEP_MS
+        idem_key, keep_ms = keys.own_answer(unique_hex()), OWN_ANSWER_KEEP_MS
     window = int(time.time())
-    ip_limit = settings.COUPONS_RATE_LIMIT_IP_PER_SECOND if client_ip else 0
-    deadline_ms = now_ms + int(settings.COUPONS_REDIS_SOCKET_TIMEOUT * 1000) - DEADLINE_MARGIN_MS
+    ip_limit = conf.ip_per_second if client_ip else 0
+    deadline_ms = now_ms + int(conf.redis_timeout * 1000) - DEADLINE_MARGIN_MS
     return ClaimCall(
         keys=[keys.meta, keys.stock, keys.users, keys.ledger, idem_key, keys.drain, keys.rate(window),
               keys.rate(window, f"u:{user_id}"), keys.rate(window, f"i:{client_ip or '-'}")],
@@ -216,8 +226,8 @@ def claim_call(
             user_id,
             "1",
             keep_ms,
-            settings.COUPONS_DRAIN_TRIGGER_TTL_MS,
-            settings.COUPONS_RATE_LIMIT_SHOPPER_PER_SECOND,
+            conf.drain_trigger_ttl_ms,
+            conf.shopper_per_second,
             ip_limit,
             deadline_ms,
         ],
@@ -226,11 +236,14 @@ def claim_call(
     )
 
 
+_CODES = {code.value: code for code in ClaimCode}
+
+
 def claim_result(raw: Any) -> ClaimResult:
     """Read the claim script's reply {code, ledger id, flags}."""
     code, ledger_id, flags = raw
     return ClaimResult(
-        code=ClaimCode(int(code)),
+        code=_CODES[int(code)],
         ledger_id=ledger_id.decode() if isinstance(ledger_id, bytes) else str(ledger_id),
         replayed=bool(int(flags) & 1),
         trigger_drain=bool(int(flags) & 2),

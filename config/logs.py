@@ -10,12 +10,13 @@ import contextvars
 import json
 import logging
 import re
-import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
+
+from .hot import unique_hex
 
 request_id_var: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
 REQUEST_ID_RE = re.compile(r"[A-Za-z0-9._-]{8,64}")
@@ -25,7 +26,7 @@ _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"messa
 def request_id_from(meta: Any) -> str:
     """Return the incoming X-Request-ID if it is a sane token, else a new one."""
     incoming = meta.get("HTTP_X_REQUEST_ID")
-    return incoming if incoming and REQUEST_ID_RE.fullmatch(incoming) else uuid.uuid4().hex
+    return incoming if incoming and REQUEST_ID_RE.fullmatch(incoming) else unique_hex()
 
 
 class RequestIdFilter(logging.Filter):

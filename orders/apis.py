@@ -6,7 +6,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
@@ -32,6 +31,7 @@ from config.api import (
     json_response,
     parse_id,
 )
+from config.hot import hot
 from config.tracing import span
 from coupons.apis import CouponOutputSerializer, answer_response
 from coupons.idempotency import Answer, run_idempotent
@@ -104,21 +104,33 @@ def claim_request_of(meta: Mapping[str, Any], campaign_id_text: str, read_body: 
     campaign = parse_id(campaign_id_text)
     key = idempotency_key_of(meta)
     json_object_of(meta, read_body)
-    ip = client_ip(meta) if settings.COUPONS_RATE_LIMIT_IP_PER_SECOND else None  # only when it is limited
+    ip = client_ip(meta) if hot().ip_per_second else None  # only when it is limited
     return ClaimRequest(campaign, user_id, key, ip)
+
+
+# The counter of each (campaign, outcome), kept: CLAIMS.labels() takes a lock and two lookups per claim.
+_counters: dict[tuple[str, str], Any] = {}
+
+
+def _count(campaign: str, outcome: str, started: float) -> None:
+    counter = _counters.get((campaign, outcome))
+    if counter is None:
+        if len(_counters) > 10_000:
+            _counters.clear()
+        counter = _counters[(campaign, outcome)] = CLAIMS.labels(campaign, outcome)
+    counter.inc()
+    CLAIM_SECONDS.observe(time.perf_counter() - started)
 
 
 def _refused(exc: ApplicationError, campaign: int | None, started: float) -> Answer3:
     # Label only campaigns that exist (an unknown id is "-"), so a storm of junk ids adds no series.
     known = campaign if campaign is not None and exc.http_status != 404 else "-"
-    CLAIMS.labels(str(known), exc.status).inc()
-    CLAIM_SECONDS.observe(time.perf_counter() - started)
+    _count(str(known), exc.status, started)
     return exc.http_status, body_of(exc.code, exc.status, exc.message, **exc.extra), error_headers(exc.http_status)
 
 
 def _answered(outcome: ClaimOutcome, started: float) -> Answer3:
-    CLAIMS.labels(str(outcome.campaign_id), outcome.status).inc()
-    CLAIM_SECONDS.observe(time.perf_counter() - started)
+    _count(str(outcome.campaign_id), outcome.status, started)
     body = {"code": outcome.code, "status": outcome.status, "claim_id": outcome.claim_id,
             "campaign_id": outcome.campaign_id}
     return 200, body, (REPLAYED if outcome.replayed else {})

@@ -24,6 +24,7 @@ from campaigns.errors import ApplicationError, CampaignStateLost, NotFound, Unav
 from campaigns.models import Campaign, CampaignEvent, CampaignEventType
 from campaigns.redis_state import ClaimCode, StoreUnavailable
 from campaigns.services import campaign_preheat, keys_expire_at
+from config.hot import hot
 from config.tracing import span
 from coupons import codes as coupon_codes
 from coupons.models import Coupon, CouponEvent, CouponEventType, CouponStatus
@@ -142,7 +143,7 @@ async def claim_create_async(
     through the loop's auto-pipelined connection. The rare steps that read PostgreSQL (a campaign Redis does
     not know) run in a thread; on Redis Cluster the whole claim does (the pipelined client speaks to one node).
     """
-    if settings.COUPONS_REDIS_CLUSTER:
+    if hot().redis_cluster:
         return await asyncio.to_thread(claim_create, campaign_id=campaign_id, user_id=user_id,
                                        idempotency_key=idempotency_key, client_ip=client_ip)
     known = _known_sold_out(campaign_id, idempotency_key)

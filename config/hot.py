@@ -1,0 +1,70 @@
+"""What the claim path reads on every request, kept cheap.
+
+`hot()` holds the settings the claim reads as plain attributes (each `django.conf.settings.X` is a lazy-object
+lookup, a dozen per claim), refreshed when a setting changes (override_settings in tests sends
+setting_changed). `unique_hex()` makes the request ids and the claims' own answer keys: a random prefix per
+process and a counter, 32 hex characters like a uuid4 but without asking the kernel for randomness each time.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import itertools
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.core.signals import setting_changed
+
+
+@dataclass(frozen=True, slots=True)
+class HotSettings:
+    token_hmac: hmac.HMAC  # HMAC-SHA256 keyed with COUPONS_TOKEN_SECRET, to copy()
+    token_max_ttl: int
+    redis_url: str
+    redis_timeout: float
+    redis_cluster: bool
+    idempotency_ttl_ms: int
+    drain_trigger_ttl_ms: int
+    shopper_per_second: int
+    ip_per_second: int
+
+
+_hot: HotSettings | None = None
+
+
+def hot() -> HotSettings:
+    global _hot
+    if _hot is None:
+        _hot = HotSettings(
+            token_hmac=hmac.new(settings.COUPONS_TOKEN_SECRET.encode(), digestmod=hashlib.sha256),
+            token_max_ttl=settings.COUPONS_TOKEN_MAX_TTL,
+            redis_url=settings.REDIS_URL,
+            redis_timeout=settings.COUPONS_REDIS_SOCKET_TIMEOUT,
+            redis_cluster=settings.COUPONS_REDIS_CLUSTER,
+            idempotency_ttl_ms=settings.COUPONS_IDEMPOTENCY_TTL_SECONDS * 1000,
+            drain_trigger_ttl_ms=settings.COUPONS_DRAIN_TRIGGER_TTL_MS,
+            shopper_per_second=settings.COUPONS_RATE_LIMIT_SHOPPER_PER_SECOND,
+            ip_per_second=settings.COUPONS_RATE_LIMIT_IP_PER_SECOND,
+        )
+    return _hot
+
+
+def _forget(**kwargs: Any) -> None:
+    global _hot
+    _hot = None
+
+
+setting_changed.connect(_forget, dispatch_uid="couponrush-hot-settings")
+
+_unique: tuple[int, str, itertools.count[int]] = (-1, "", itertools.count())
+
+
+def unique_hex() -> str:
+    """Return 32 hex characters no other call in any process returns (random per process, then a counter)."""
+    global _unique
+    pid, prefix, counter = _unique
+    if pid != os.getpid():  # first call, or a forked child: a prefix of its own
+        _unique = pid, prefix, counter = os.getpid(), os.urandom(8).hex(), itertools.count()
+    return f"{prefix}{next(counter):016x}"

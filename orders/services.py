@@ -536,26 +536,64 @@ class Balance:
                 and not self.problems)
 
 
+@dataclass(frozen=True, slots=True)
+class _PersistedSide:
+    per_user: dict[str, int]  # claims up to the cut, by shopper
+    persisted: int  # claims up to the cut
+    persisted_ledger_ids: set[str]  # which of the cut's ledger entries PostgreSQL holds
+    cancelled: list[str]  # claims up to the cut that are cancelled
+    given_back_owners: dict[str, str]  # claim id -> shopper, for the claims Redis gave back
+    coupons: int
+    issued: int  # claims no longer pending
+    orphans: int  # issued claims without a coupon
+
+
+def _persisted_side(campaign: Campaign, snap: ledger.LedgerSnapshot) -> _PersistedSide:
+    """PostgreSQL's side of the balance in one statement, so one snapshot: a drain committing meanwhile is
+    seen by all of it or by none (separate queries counted such an entry twice, as persisted and as missing)."""
+    ms, seq = (int(part) for part in snap.last_id.split("-"))
+    claims, coupons = Claim._meta.db_table, Coupon._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            WITH c AS (SELECT claim_id, user_id, status FROM {claims} WHERE campaign_id = %(campaign)s),
+                 upto AS (SELECT * FROM c WHERE (split_part(claim_id, '-', 2)::bigint,
+                                                 split_part(claim_id, '-', 3)::bigint) <= (%(ms)s, %(seq)s))
+            SELECT
+              (SELECT coalesce(json_object_agg(user_id, n), '{{}}')
+                 FROM (SELECT user_id, count(*) AS n FROM upto GROUP BY user_id) AS per_user),
+              (SELECT count(*) FROM upto),
+              (SELECT coalesce(array_agg(claim_id), '{{}}') FROM c WHERE claim_id = ANY(%(ledger)s)),
+              (SELECT coalesce(array_agg(claim_id), '{{}}') FROM upto WHERE status = %(cancelled)s),
+              (SELECT coalesce(json_object_agg(claim_id, user_id), '{{}}') FROM c WHERE claim_id = ANY(%(given)s)),
+              (SELECT count(*) FROM {coupons} WHERE campaign_id = %(campaign)s),
+              (SELECT count(*) FROM c WHERE status <> %(pending)s),
+              (SELECT count(*) FROM c WHERE status = %(issued)s AND NOT EXISTS (
+                 SELECT 1 FROM {coupons} AS k WHERE k.campaign_id = %(campaign)s AND k.claim_id = c.claim_id))
+            """,
+            {"campaign": campaign.pk, "ms": ms, "seq": seq, "ledger": [e.claim_id for e in snap.entries],
+             "given": sorted(snap.cancelled), "cancelled": ClaimStatus.CANCELLED, "pending": ClaimStatus.PENDING,
+             "issued": ClaimStatus.ISSUED},
+        )
+        per_user, persisted, in_ledger, cancelled, owners, coupon_count, issued, orphans = cursor.fetchone()
+    return _PersistedSide(per_user=per_user, persisted=persisted, persisted_ledger_ids=set(in_ledger),
+                          cancelled=list(cancelled), given_back_owners=owners, coupons=coupon_count, issued=issued,
+                          orphans=orphans)
+
+
 def campaign_verify(*, campaign: Campaign) -> Balance:
     """Compute both sides of the campaign's balance from one consistent cut of Redis, then PostgreSQL.
 
     Exact under load: only claims Redis had issued at the moment of the cut are counted from PostgreSQL.
     """
     snap = ledger.snapshot(campaign.pk)
-    ms, seq = (int(part) for part in snap.last_id.split("-"))
-    persisted = Claim.objects.filter(campaign=campaign).extra(
-        where=["(split_part(claim_id, '-', 2)::bigint, split_part(claim_id, '-', 3)::bigint) <= (%s, %s)"],
-        params=[ms, seq],
-    )
-    ledger_ids = [e.claim_id for e in snap.entries]
-    persisted_ids = set(Claim.objects.filter(claim_id__in=ledger_ids).values_list("claim_id", flat=True))
-    missing = [e for e in snap.entries if e.claim_id not in persisted_ids]
+    side = _persisted_side(campaign, snap)
+    missing = [e for e in snap.entries if e.claim_id not in side.persisted_ledger_ids]
     # Per user: every claim up to the cut (PostgreSQL, plus the ledger's own), less those given back.
-    per_user = persisted.values_list("user_id").annotate(n=Count("id")).values_list("user_id", "n")
-    expected: dict[str, int] = dict(per_user)
+    expected: dict[str, int] = dict(side.per_user)
     for entry in missing:
         expected[entry.user_id] = expected.get(entry.user_id, 0) + 1
-    owners = dict(Claim.objects.filter(claim_id__in=snap.cancelled).values_list("claim_id", "user_id"))
+    owners = dict(side.given_back_owners)
     owners.update({e.claim_id: e.user_id for e in missing if e.claim_id in snap.cancelled})
     for claim_id in snap.cancelled:
         if claim_id in owners:
@@ -564,11 +602,11 @@ def campaign_verify(*, campaign: Campaign) -> Balance:
         campaign_id=campaign.pk,
         total_stock=campaign.total_stock,
         remaining=snap.remaining,
-        persisted_claims=persisted.count(),
+        persisted_claims=side.persisted,
         ledger_only_claims=len(missing),
         restocked=len(snap.cancelled),
-        coupons=Coupon.objects.filter(campaign=campaign).count(),
-        issued_claims=Claim.objects.filter(campaign=campaign).exclude(status=ClaimStatus.PENDING).count(),
+        coupons=side.coupons,
+        issued_claims=side.issued,
         users_over_limit=sorted(u for u, n in expected.items() if n > campaign.per_user_limit),
         missing_entries=missing,
         given_back=snap.cancelled,
@@ -584,12 +622,9 @@ def campaign_verify(*, campaign: Campaign) -> Balance:
         for u in set(redis_users) | set(expected)
         if redis_users.get(u, 0) != expected.get(u, 0)
     }
-    orphans = Claim.objects.filter(campaign=campaign, status=ClaimStatus.ISSUED).exclude(
-        claim_id__in=Coupon.objects.filter(campaign=campaign).values("claim_id")
-    ).count()
-    if orphans:
-        balance.problems.append(f"{orphans} issued claims have no coupon")
-    cancelled_in_db = set(persisted.filter(status=ClaimStatus.CANCELLED).values_list("claim_id", flat=True))
+    if side.orphans:
+        balance.problems.append(f"{side.orphans} issued claims have no coupon")
+    cancelled_in_db = set(side.cancelled)
     if cancelled_in_db != snap.cancelled:
         balance.problems.append(
             f"claims given back in Redis but not cancelled in PostgreSQL: {sorted(snap.cancelled - cancelled_in_db)}; "

@@ -211,3 +211,34 @@ def test_stale_entries_are_not_taken_from_a_live_worker_before_the_idle_time(liv
 
     assert report.reclaimed == 0 and Claim.objects.count() == 0
     assert _pending_of(campaign, "busy") == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_verify_while_the_drain_commits_never_counts_an_entry_twice(live_campaign) -> None:
+    # PostgreSQL's side of the balance is one statement: a batch committed between two queries used to be
+    # counted as persisted and as still missing, which reconciliation then "repaired" into wrong counts.
+    campaign = live_campaign(total_stock=3000, per_user_limit=3)
+    claim_many(campaign, [f"s{n % 1000}" for n in range(3000)])
+    done = threading.Event()
+
+    def drain() -> None:
+        try:
+            while drain_campaign(campaign_id=campaign.pk, batch_size=20, max_seconds=30).read:
+                pass
+        finally:
+            done.set()
+            connections.close_all()
+
+    thread = threading.Thread(target=drain)
+    thread.start()
+    balances = []
+    while not done.is_set():
+        balances.append(campaign_verify(campaign=campaign))
+    thread.join()
+    balances.append(campaign_verify(campaign=campaign))
+
+    assert len(balances) > 3
+    bad = [(b.persisted_claims, b.ledger_only_claims, b.users_drift)
+           for b in balances if not b.balanced or b.users_drift]
+    assert bad == []
+    assert balances[-1].persisted_claims == 3000 and balances[-1].ledger_only_claims == 0

@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -285,6 +286,81 @@ class _FallbackValkey:
 def embedded_postgres_server(pgdata: Path) -> Any:
     """config.devstack's EmbeddedPostgres (the run command's), or the fallback when devstack does not import."""
     return devstack.EmbeddedPostgres(pgdata) if devstack is not None else _FallbackPostgres(pgdata)
+
+
+class BackendCPU(threading.Thread):
+    """CPU seconds that PostgreSQL's backends of one database use while it runs (read from /proc: the server
+    must be on this machine). Unlike wall time, this hardly moves when other jobs load the machine: the
+    figure to compare per row across runs. Backends are listed every `interval` s (pg_stat_activity), each
+    one's CPU is counted from when the sampler started (or from its birth); a backend that exits between two
+    samples loses at most its last `interval` s."""
+
+    def __init__(self, database_url: str, interval: float = 0.25, exclude: tuple[int, ...] = ()) -> None:
+        super().__init__(name="backend-cpu", daemon=True)
+        self.exclude = set(exclude)  # e.g. the bench's own connection, whose progress counts are not the work
+        import dj_database_url
+
+        cfg = dj_database_url.parse(database_url)
+        self.dbname = cfg["NAME"]
+        self.params = {k: v for k, v in {"host": cfg.get("HOST"), "port": cfg.get("PORT"), "user": cfg.get("USER"),
+                                         "password": cfg.get("PASSWORD"), "dbname": cfg["NAME"]}.items() if v}
+        self.interval = interval
+        self.first: dict[int, float] = {}
+        self.last: dict[int, float] = {}
+        self.stop_event = threading.Event()
+        self.ready = threading.Event()
+        self.error: str | None = None
+
+    @staticmethod
+    def cpu_of(pid: int) -> float | None:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            return None
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def _sample(self, conn: Any, initial: bool) -> None:
+        pids = [r[0] for r in conn.execute("SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> "
+                                           "pg_backend_pid()", (self.dbname,)).fetchall()]
+        for pid in pids:
+            if pid in self.exclude:
+                continue
+            cpu = self.cpu_of(pid)
+            if cpu is None:
+                continue
+            if pid not in self.first:
+                self.first[pid] = cpu if initial else 0.0
+            self.last[pid] = cpu
+
+    def run(self) -> None:
+        import psycopg
+
+        try:
+            with psycopg.connect(autocommit=True, **self.params) as conn:
+                self._sample(conn, initial=True)
+                self.ready.set()
+                while not self.stop_event.wait(self.interval):
+                    self._sample(conn, initial=False)
+                self._sample(conn, initial=False)
+        except Exception as exc:  # noqa: BLE001 - reported as "no figure"
+            self.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            self.ready.set()
+
+    def __enter__(self) -> BackendCPU:
+        self.start()
+        self.ready.wait(10)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop_event.set()
+        self.join(timeout=10)
+
+    @property
+    def seconds(self) -> float | None:
+        if self.error or not self.last:
+            return None
+        return round(sum(self.last[p] - self.first[p] for p in self.last), 3)
 
 
 def ensure_database(url: str) -> bool:

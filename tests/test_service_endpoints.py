@@ -122,3 +122,56 @@ def test_openapi_schema_validates_without_a_single_warning(tmp_path) -> None:
 
     call_command("spectacular", "--validate", "--fail-on-warn", "--file", str(tmp_path / "schema.yaml"))
     assert "ShopperToken" in (tmp_path / "schema.yaml").read_text()
+
+
+def _terminate_backends(only_pid: int | None = None) -> None:
+    import psycopg
+    from django.db import connection
+
+    db = connection.settings_dict
+    with psycopg.connect(dbname=db["NAME"], user=db.get("USER") or None, host=db.get("HOST") or None,
+                         port=db.get("PORT") or None, password=db.get("PASSWORD") or None, autocommit=True) as admin:
+        connection.ensure_connection()  # this process's own connection is left alone unless named
+        own = connection.connection.info.backend_pid
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() "
+                      "AND pid NOT IN (pg_backend_pid(), %(own)s) OR pid = %(pid)s", {"pid": only_pid, "own": own})
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_database_connection_lost_under_a_view_is_a_503_not_a_500(client) -> None:
+    from django.db import close_old_connections, connection
+
+    from tests.factories import CampaignFactory
+
+    campaign = CampaignFactory()
+    connection.ensure_connection()
+    _terminate_backends(connection.connection.info.backend_pid)
+
+    lost = client.get(f"/api/v1/campaigns/{campaign.pk}")
+    close_old_connections()  # what the server does after every request (the test client does not)
+    again = client.get(f"/api/v1/campaigns/{campaign.pk}")
+
+    assert (lost.status_code, lost.json()["status"], lost["Retry-After"]) == (503, "unavailable", "1")
+    assert again.status_code == 200 and again.json()["id"] == campaign.pk
+
+
+def test_a_served_request_after_the_database_dropped_every_connection_reconnects(http_server) -> None:
+    import urllib.error
+    import urllib.request
+
+    from tests.factories import CampaignFactory
+
+    campaign = CampaignFactory()
+
+    def get() -> int:
+        try:
+            with urllib.request.urlopen(f"{http_server}/api/v1/campaigns/{campaign.pk}", timeout=5) as response:
+                return response.status
+        except urllib.error.HTTPError as exc:
+            return exc.code
+
+    assert [get() for _ in range(40)] == [200] * 40  # every thread of both workers holds a connection now
+    _terminate_backends()
+    after = [get() for _ in range(80)]
+
+    assert set(after) <= {200, 503} and after[-20:] == [200] * 20, after

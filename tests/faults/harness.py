@@ -531,7 +531,7 @@ class Window:
 
 
 def run_load(stack: Stack, campaign: CampaignInfo, window: Window, inject: Callable[[Load], None], *,
-             before: float = 3.0, after: float = 4.0, sell_out_within: float = 10.0, **load_options: Any) -> Load:
+             before: float = 2.0, after: float = 3.0, sell_out_within: float = 10.0, **load_options: Any) -> Load:
     """Run the load, inject the fault `before` seconds in (`inject` opens and closes `window`), go on for
     `after` seconds past the window and its grace, and then until the campaign sells out (at most
     `sell_out_within` seconds more); return the stopped load."""

@@ -61,7 +61,9 @@ class CampaignKeys:
         return f"cpn:{{c{self.campaign_id}}}:rl:{window}:{who}"
 
     def idempotency(self, user_id: str, key: str) -> str:
-        digest = hashlib.sha256(key.encode()).hexdigest()[:32]
+        return self.idempotency_of_digest(user_id, key_digest(key))
+
+    def idempotency_of_digest(self, user_id: str, digest: str) -> str:
         return f"cpn:{{c{self.campaign_id}}}:idem:{user_id}:{digest}"
 
     def own_answer(self, request_token: str) -> str:
@@ -72,6 +74,11 @@ class CampaignKeys:
     def state(self) -> list[str]:
         """The keys that hold the campaign's own state (they expire at its end plus the grace)."""
         return [self.meta, self.stock, self.users, self.ledger, self.cancelled]
+
+
+def key_digest(idempotency_key: str) -> str:
+    """What stands for a shopper's Idempotency-Key in key names, the ledger and PostgreSQL (never the key)."""
+    return hashlib.sha256(idempotency_key.encode()).hexdigest()[:32]
 
 
 def campaign_keys(campaign_id: int) -> CampaignKeys:
@@ -213,9 +220,10 @@ def claim_call(
     # (kept seconds), so that when the reply is lost the outcome can still be read (see run_claim).
     conf = hot()
     if idempotency_key is not None:
-        idem_key, keep_ms = keys.idempotency(user_id, idempotency_key), conf.idempotency_ttl_ms
+        digest = key_digest(idempotency_key)
+        idem_key, keep_ms = keys.idempotency_of_digest(user_id, digest), conf.idempotency_ttl_ms
     else:
-        idem_key, keep_ms = keys.own_answer(unique_hex()), OWN_ANSWER_KEEP_MS
+        digest, idem_key, keep_ms = "", keys.own_answer(unique_hex()), OWN_ANSWER_KEEP_MS
     window = int(time.time())
     ip_limit = conf.ip_per_second if client_ip else 0
     deadline_ms = now_ms + int(conf.redis_timeout * 1000) - DEADLINE_MARGIN_MS
@@ -230,6 +238,7 @@ def claim_call(
             conf.shopper_per_second,
             ip_limit,
             deadline_ms,
+            digest,
         ],
         idem_key=idem_key,
         deadline_ms=deadline_ms,

@@ -24,6 +24,7 @@ class LedgerEntry:
     campaign_id: int
     entry_id: str
     user_id: str
+    key_digest: str = ""  # of the shopper's Idempotency-Key, when the claim came with one
 
     @property
     def claim_id(self) -> str:
@@ -56,7 +57,8 @@ def _entries(campaign_id: int, raw: Any) -> list[LedgerEntry]:
         if fields is None:  # deleted while pending
             continue
         user = fields.get(b"u", fields.get("u", b""))
-        entries.append(LedgerEntry(campaign_id, _decode(entry_id), _decode(user)))
+        digest = fields.get(b"k", fields.get("k", b""))
+        entries.append(LedgerEntry(campaign_id, _decode(entry_id), _decode(user), _decode(digest)))
     return entries
 
 
@@ -230,6 +232,22 @@ def replace_claim_records(
             client.sadd(keys.cancelled, *cancelled[start : start + chunk])
     except redis.RedisError as exc:
         raise StoreUnavailable(str(exc)) from exc
+
+
+def restore_answers(campaign_id: int, answers: list[tuple[str, str, str, int]], *, chunk: int = 1000) -> int:
+    """Store again the answer of claims made with an Idempotency-Key: (user id, key digest, ledger id, ms to
+    keep it). A key already present is left alone. Return how many were stored (rebuild from PostgreSQL)."""
+    keys = campaign_keys(campaign_id)
+    stored = 0
+    try:
+        for start in range(0, len(answers), chunk):
+            pipe = redis_client().pipeline(transaction=False)
+            for user_id, digest, ledger_id, keep_ms in answers[start : start + chunk]:
+                pipe.set(keys.idempotency_of_digest(user_id, digest), f"0:{ledger_id}", px=keep_ms, nx=True)
+            stored += sum(1 for done in pipe.execute() if done)
+    except redis.RedisError as exc:
+        raise StoreUnavailable(str(exc)) from exc
+    return stored
 
 
 def oldest_unacknowledged_ms(campaign_id: int) -> int | None:

@@ -20,6 +20,9 @@ class Claim(models.Model):
     campaign = models.ForeignKey(Campaign, on_delete=models.PROTECT, related_name="claims")
     user_id = models.CharField(max_length=64)
     status = models.CharField(max_length=10, choices=ClaimStatus.choices, default=ClaimStatus.PENDING)
+    # The SHA-256 (32 hex) of the shopper's Idempotency-Key, never the key: a Redis rebuilt from PostgreSQL
+    # stores the claim's answer under it again, so a repeat still replays 'claimed'.
+    key_digest = models.CharField(max_length=32, blank=True, default="", db_default="")  # old workers insert without it
     claimed_at = models.DateTimeField(help_text="When Redis accepted the claim.")
     created_at = models.DateTimeField(auto_now_add=True, help_text="When the drain persisted it.")
     updated_at = models.DateTimeField(auto_now=True)

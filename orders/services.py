@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import json
 import logging
 import os
@@ -280,11 +281,13 @@ class DrainReport:
 _PERSIST_SQL = f"""
 WITH batch AS (
     SELECT r->>0 AS claim_id, r->>1 AS user_id, (r->>2)::timestamptz AS claimed_at,
-           (r->>3)::timestamptz AS valid_from, (r->>4)::timestamptz AS expires_at, r->>5 AS code
+           (r->>3)::timestamptz AS valid_from, (r->>4)::timestamptz AS expires_at, r->>5 AS key_digest,
+           r->>6 AS code
     FROM jsonb_array_elements(%s::jsonb) AS r
 ), new_claims AS (
-    INSERT INTO {Claim._meta.db_table} (claim_id, campaign_id, user_id, status, claimed_at, created_at, updated_at)
-    SELECT claim_id, %s, user_id, %s, claimed_at, now(), now() FROM batch
+    INSERT INTO {Claim._meta.db_table}
+        (claim_id, campaign_id, user_id, status, key_digest, claimed_at, created_at, updated_at)
+    SELECT claim_id, %s, user_id, %s, key_digest, claimed_at, now(), now() FROM batch
     ON CONFLICT (claim_id) DO NOTHING
     RETURNING claim_id
 ), new_coupons AS (
@@ -334,7 +337,7 @@ def persist_entries(campaign: Campaign, entries: list[ledger.LedgerEntry]) -> in
         if moments is None:
             valid_from, expires_at = campaign.coupon_validity(e.claimed_at)
             moments = times[ms] = (e.claimed_at.isoformat(), valid_from.isoformat(), expires_at.isoformat())
-        rows.append((e.claim_id, e.user_id, *moments))
+        rows.append((e.claim_id, e.user_id, *moments, e.key_digest))
     for attempt in range(3):
         batch = json.dumps([(*row, code) for row, code in zip(rows, _new_codes(len(rows)), strict=True)],
                            separators=(",", ":"))
@@ -384,31 +387,93 @@ def drain_campaign(
     deadline = time.monotonic() + max_seconds
     reclaiming = True
     label = str(campaign_id)
+    helper: _DrainHelper | None = None
     with span("couponrush.drain", campaign_id=campaign_id) as traced, \
             metrics.DRAIN_FAILURES.labels(label).count_exceptions():
-        while time.monotonic() < deadline:
-            if reclaiming:
-                entries = ledger.reclaim_stale(campaign_id, consumer=consumer, min_idle_ms=idle, count=batch_size)
-                report.reclaimed += len(entries)
-                if not entries:
-                    reclaiming = False
-                    continue
-            else:
-                entries = ledger.read_new(campaign_id, consumer=consumer, count=batch_size)
-                if not entries:
-                    report.caught_up = True
-                    break
-            with span("couponrush.drain.batch", campaign_id=campaign_id, claim_ids=[e.claim_id for e in entries]):
-                persisted = persist_entries(campaign, entries)
-                ledger.acknowledge(campaign_id, [e.entry_id for e in entries])
-            report.persisted += persisted
-            report.read += len(entries)
-            report.batches += 1
-            metrics.DRAIN_BATCHES.labels(label).inc()
-            metrics.DRAIN_READ.labels(label).inc(len(entries))
-            metrics.DRAIN_ROWS.labels(label).inc(persisted)
+        try:
+            while time.monotonic() < deadline:
+                if reclaiming:
+                    entries = ledger.reclaim_stale(campaign_id, consumer=consumer, min_idle_ms=idle,
+                                                   count=batch_size)
+                    report.reclaimed += len(entries)
+                    if not entries:
+                        reclaiming = False
+                        continue
+                else:
+                    entries = ledger.read_new(campaign_id, consumer=consumer, count=batch_size)
+                    if not entries:
+                        report.caught_up = True
+                        break
+                _drain_batch(campaign, entries, report)
+                if helper is None and not reclaiming and len(entries) == batch_size and DRAIN_CONNECTIONS > 1 \
+                        and not connection.in_atomic_block:
+                    helper = _DrainHelper(campaign, consumer, batch_size, deadline)  # a backlog: a second hand
+        finally:
+            if helper is not None:
+                helper.join()
+        if helper is not None:
+            helper.merge_into(report)
         traced.set(read=report.read, persisted=report.persisted, batches=report.batches, reclaimed=report.reclaimed)
     return report
+
+
+# Connections draining one campaign at once when a backlog waits (a full batch came back). A batch keeps one
+# PostgreSQL backend busy on one core (its claim, coupon and event rows, 20 index entries, 4 foreign-key
+# checks); a second connection reads the next entries of the consumer group (XREADGROUP never hands one
+# entry to both) and persists them on the other core. Each batch is still read, persisted in one
+# transaction, then acknowledged, so a crash of either leaves its entries pending for the reclaim.
+DRAIN_CONNECTIONS = 2
+
+
+def _drain_batch(campaign: Campaign, entries: list[ledger.LedgerEntry], report: DrainReport) -> None:
+    """Persist a batch, then acknowledge it; count it in the report and the metrics."""
+    label = str(campaign.pk)
+    with span("couponrush.drain.batch", campaign_id=campaign.pk, claim_ids=[e.claim_id for e in entries]):
+        persisted = persist_entries(campaign, entries)
+        ledger.acknowledge(campaign.pk, [e.entry_id for e in entries])
+    report.persisted += persisted
+    report.read += len(entries)
+    report.batches += 1
+    metrics.DRAIN_BATCHES.labels(label).inc()
+    metrics.DRAIN_READ.labels(label).inc(len(entries))
+    metrics.DRAIN_ROWS.labels(label).inc(persisted)
+
+
+class _DrainHelper:
+    """drain_campaign's second connection: a thread (in the caller's context, for the trace) that drains new
+    entries until there are none or the deadline passes, on a database connection of its own."""
+
+    def __init__(self, campaign: Campaign, consumer: str, batch_size: int, deadline: float) -> None:
+        self.report = DrainReport(campaign.pk)
+        self.error: BaseException | None = None
+        context = contextvars.copy_context()
+        self.thread = threading.Thread(target=context.run, args=(self._run, campaign, consumer, batch_size,
+                                                                 deadline), name="drain-helper", daemon=True)
+        self.thread.start()
+
+    def _run(self, campaign: Campaign, consumer: str, batch_size: int, deadline: float) -> None:
+        try:
+            while time.monotonic() < deadline:
+                entries = ledger.read_new(campaign.pk, consumer=consumer, count=batch_size)
+                if not entries:
+                    self.report.caught_up = True
+                    break
+                _drain_batch(campaign, entries, self.report)
+        except BaseException as exc:  # re-raised by the caller
+            self.error = exc
+        finally:
+            connection.close()  # this thread's own connection
+
+    def join(self) -> None:
+        self.thread.join()
+
+    def merge_into(self, report: DrainReport) -> None:
+        if self.error is not None:
+            raise self.error
+        report.read += self.report.read
+        report.persisted += self.report.persisted
+        report.batches += self.report.batches
+        report.caught_up = report.caught_up and self.report.caught_up
 
 
 def campaigns_to_drain() -> list[int]:
@@ -487,10 +552,27 @@ def _rebuild(campaign: Campaign) -> int:
         rate_limit=campaign.admits_per_second,
     )
     Campaign.objects.filter(pk=campaign.pk, preheated_at__isnull=True).update(preheated_at=timezone.now())
-    figures = {"remaining": stock, "claims": sum(counts.values()), "given_back": len(cancelled)}
+    answers = _restore_answers(campaign)
+    figures = {"remaining": stock, "claims": sum(counts.values()), "given_back": len(cancelled),
+               "answers_restored": answers}
     CampaignEvent.objects.create(campaign=campaign, type=CampaignEventType.REBUILT, actor="rebuild", data=figures)
     log.warning("rebuilt campaign %s in Redis from PostgreSQL: %s left", campaign.pk, stock)
     return stock if stock is not None else 0
+
+
+def _restore_answers(campaign: Campaign) -> int:
+    """Store again the 'claimed' answer of every claim made with an Idempotency-Key in the last 24 hours."""
+    keep_ms = settings.COUPONS_IDEMPOTENCY_TTL_SECONDS * 1000
+    now_ms = int(time.time() * 1000)
+    prefix = len(f"{campaign.pk}-")
+    answers = []
+    rows = Claim.objects.filter(campaign=campaign, claimed_at__gt=timezone.now() - timedelta(milliseconds=keep_ms))
+    for user_id, digest, claim_id in rows.exclude(key_digest="").values_list("user_id", "key_digest", "claim_id"):
+        ledger_id = claim_id[prefix:]
+        left_ms = keep_ms - (now_ms - int(ledger_id.partition("-")[0]))
+        if left_ms > 0:
+            answers.append((user_id, digest, ledger_id, left_ms))
+    return ledger.restore_answers(campaign.pk, answers)
 
 
 @dataclass
@@ -650,9 +732,10 @@ def _insert_cancelled_claim(entry: ledger.LedgerEntry) -> bool:
     """Persist a still-pending claim directly as cancelled; False if the drain persisted it first."""
     with connection.cursor() as cursor:
         cursor.execute(
-            f"INSERT INTO {Claim._meta.db_table} (claim_id, campaign_id, user_id, status, claimed_at, created_at, "
-            "updated_at) VALUES (%s, %s, %s, %s, %s, now(), now()) ON CONFLICT (claim_id) DO NOTHING",
-            [entry.claim_id, entry.campaign_id, entry.user_id, ClaimStatus.CANCELLED, entry.claimed_at],
+            f"INSERT INTO {Claim._meta.db_table} (claim_id, campaign_id, user_id, status, key_digest, claimed_at, "
+            "created_at, updated_at) VALUES (%s, %s, %s, %s, %s, %s, now(), now()) ON CONFLICT (claim_id) DO NOTHING",
+            [entry.claim_id, entry.campaign_id, entry.user_id, ClaimStatus.CANCELLED, entry.key_digest,
+             entry.claimed_at],
         )
         return cursor.rowcount == 1
 

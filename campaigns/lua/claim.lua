@@ -4,7 +4,7 @@ Claim one coupon of a campaign: every check first, then every change, in one ato
 KEYS[1] meta    hash    starts_ms, ends_ms, paused ("0"/"1"), limit (per-user limit)
 KEYS[2] stock   string  coupons left
 KEYS[3] users   hash    user id -> coupons this user claimed
-KEYS[4] ledger  stream  claims awaiting the drain into PostgreSQL (field u = user id)
+KEYS[4] ledger  stream  claims awaiting the drain into PostgreSQL (field u = user id, k = key digest)
 KEYS[5] idem    string  the stored answer "<code>:<ledger id>" for this (user, Idempotency-Key)
 KEYS[6] drain   string  flag: a drain trigger is already pending for this campaign
 KEYS[7] rate    string  claims this second for the campaign (limit: meta 'rate')
@@ -19,6 +19,8 @@ ARGV[5] claims one shopper may send per second
 ARGV[6] claims one client IP may send per second (0: not limited)
 ARGV[7] deadline, milliseconds in Redis's clock: after it the caller has given up (answered 503), so the
         claim must not happen (a Redis frozen, then resumed, would otherwise run a claim nobody was told of)
+ARGV[8] the digest of the shopper's Idempotency-Key ("" without one): kept in the ledger entry (field k) and
+        so in PostgreSQL, from where a rebuilt Redis restores the answer of a claim made with a key
 
 Returns {code, ledger_id, flags}
   code       0 claimed, 1 limit_reached, 2 sold_out, 3 not_started, 4 ended, 5 paused,
@@ -80,7 +82,11 @@ local flags = 0
 if code == 0 then
   redis.call('DECR', KEYS[2])
   redis.call('HINCRBY', KEYS[3], ARGV[1], 1)
-  ledger_id = redis.call('XADD', KEYS[4], '*', 'u', ARGV[1])
+  if (ARGV[8] or '') ~= '' then
+    ledger_id = redis.call('XADD', KEYS[4], '*', 'u', ARGV[1], 'k', ARGV[8])
+  else
+    ledger_id = redis.call('XADD', KEYS[4], '*', 'u', ARGV[1])
+  end
   if redis.call('SET', KEYS[6], '1', 'NX', 'PX', ARGV[4]) then
     flags = 2
   end

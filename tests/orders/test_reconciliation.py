@@ -277,6 +277,29 @@ def test_a_campaign_redis_lost_is_rebuilt_by_the_next_drain_sweep_within_seconds
     assert campaign_verify(campaign=campaign).balanced
 
 
+def test_a_claims_idempotency_key_survives_redis_losing_its_data(live_campaign) -> None:
+    # The key's digest travels with the claim (ledger entry, then PostgreSQL), so a rebuilt Redis answers a
+    # repeat with the first answer, not with a new decision; the key itself is stored nowhere.
+    campaign = live_campaign(total_stock=10, per_user_limit=1)
+    first = claim_create(campaign_id=campaign.pk, user_id="ann", idempotency_key="order-7")
+    keyless = claim_create(campaign_id=campaign.pk, user_id="bob", idempotency_key=None)
+    drain_campaign(campaign_id=campaign.pk)
+    digests = dict(Claim.objects.filter(campaign=campaign).values_list("user_id", "key_digest"))
+    redis_client().flushdb()  # Redis restarted without its data
+
+    result = tasks.drain_sweep()
+    again = claim_create(campaign_id=campaign.pk, user_id="ann", idempotency_key="order-7")
+    other_key = claim_create(campaign_id=campaign.pk, user_id="ann", idempotency_key="order-8")
+
+    assert result["rebuilt"] == [campaign.pk]
+    assert digests["bob"] == "" and len(digests["ann"]) == 32 and "order-7" not in digests["ann"]
+    assert (again.status, again.claim_id, again.replayed) == ("claimed", first.claim_id, True)
+    assert other_key.status == "limit_reached" and keyless.status == "claimed"
+    rebuilt = CampaignEvent.objects.get(campaign=campaign, type=CampaignEventType.REBUILT)
+    assert rebuilt.data["answers_restored"] == 1
+    assert campaign_verify(campaign=campaign).balanced
+
+
 def test_claims_are_counted_by_campaign_and_outcome_in_metrics(client, live_campaign) -> None:
     from tests.conftest import shopper_headers
 

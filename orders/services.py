@@ -538,6 +538,7 @@ def _rebuild(campaign: Campaign) -> int:
         Claim.objects.filter(campaign=campaign, status=ClaimStatus.CANCELLED).values_list("claim_id", flat=True)
     )
     ledger.replace_claim_records(campaign.pk, counts, cancelled)
+    answers = _restore_answers(campaign)  # before the stock exists: no claim is decided until then
     remaining = campaign.total_stock - sum(counts.values())
     _, stock = redis_state.load_state(
         campaign_id=campaign.pk,
@@ -552,7 +553,6 @@ def _rebuild(campaign: Campaign) -> int:
         rate_limit=campaign.admits_per_second,
     )
     Campaign.objects.filter(pk=campaign.pk, preheated_at__isnull=True).update(preheated_at=timezone.now())
-    answers = _restore_answers(campaign)
     figures = {"remaining": stock, "claims": sum(counts.values()), "given_back": len(cancelled),
                "answers_restored": answers}
     CampaignEvent.objects.create(campaign=campaign, type=CampaignEventType.REBUILT, actor="rebuild", data=figures)

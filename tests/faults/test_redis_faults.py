@@ -107,13 +107,9 @@ def test_redis_restarted_empty_answers_503_until_the_campaign_is_rebuilt_with_th
     lost_state = [a for a in load.answers if window.start < a.sent and a.answered < rebuilt_at - 0.5]
     assert lost_state and all(a.status == 503 for a in lost_state), "a sale was decided before the rebuild"
     assert any(a.outcome == "claimed" and a.sent > rebuilt_at for a in load.answers), "sales never resumed"
-    # Known product bugs (issue 7 note): the claim's Idempotency-Keys live only in Redis, so a key repeated after
-    # the wipe is decided anew (I6); and campaign_verify counts a ledger entry twice when the drain persists it
-    # between its queries, so the reconciliation right after the rebuild, under load, sets per-user counts
-    # wrong (I5). Anything else is a failure.
-    assert [p for p in problems if not p.startswith(("I5:", "I6:"))] == []
-    if problems:
-        pytest.xfail("known product bugs: " + " | ".join(p[:300] for p in problems))
+    # The claims' Idempotency-Keys are restored with the rebuild (I6), and verify reads PostgreSQL in one
+    # snapshot, so the reconciliation right after the rebuild sets nothing wrong (I5).
+    assert not problems
 
 
 def test_script_flush_and_client_kill_during_the_load_change_no_totals(fault_stack) -> None:

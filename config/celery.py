@@ -8,3 +8,13 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.dev")
 app = Celery("config")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+# kombu's Redis transport puts a worker's unacknowledged messages back on the queue when its channel closes.
+# When the channel closes because the broker went away, that restore needs the broker too, fails inside kombu
+# (AttributeError: 'NoneType' object has no attribute 'hostname') and the worker exits: nothing drains until
+# something restarts it (found by tests/faults/test_celery_faults.py). Our tasks are idempotent and beat sends
+# them again within seconds, and the message is still restored by the transport's visibility timeout, so the
+# worker does not restore at shutdown.
+from kombu.transport.redis import QoS as _RedisQoS  # noqa: E402
+
+_RedisQoS.restore_at_shutdown = False

@@ -52,6 +52,7 @@ STATIC_ROOT = BASE_DIR / "var" / "static"  # settings.STATIC_ROOT; granian serve
 DB_NAME = "couponrush"
 CHILD_STOP_TIMEOUT = 10.0
 READY_TIMEOUT = 90.0
+MAX_RESTARTS, RESTART_WINDOW_SECONDS = 5, 600.0  # worker / beat restarts allowed within the window
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -660,18 +661,30 @@ def cmd_run(args: argparse.Namespace) -> int:
         t0 = time.monotonic()
         say(f"starting web (granian on 127.0.0.1:{web_port}), worker, beat ...")
         sup.spawn("web", web_command(web_port))
-        sup.spawn("worker", worker_command())
-        sup.spawn("beat", beat_command())
+        restartable = {"worker": worker_command(), "beat": beat_command()}
+        for name, command in restartable.items():
+            sup.spawn(name, command)
+        restarts: list[float] = []
         base = f"http://127.0.0.1:{web_port}"
         ready = False
         next_check = 0.0
         while True:
-            for child in sup.children:
+            for child in list(sup.children):
                 rc = child.proc.poll()
-                if rc is not None:
-                    say(f"{child.name} exited unexpectedly (exit code {rc}): stopping everything")
-                    exit_code = rc if rc > 0 else 1
-                    raise Stop(signal.SIGTERM)
+                if rc is None:
+                    continue
+                # A worker or beat that dies is started again (as compose's restart policy does): claims
+                # wait in the ledger meanwhile. Dying again and again, or the web dying, stops everything.
+                restarts = [t for t in restarts if time.monotonic() - t < RESTART_WINDOW_SECONDS]
+                if child.name in restartable and len(restarts) < MAX_RESTARTS:
+                    restarts.append(time.monotonic())
+                    say(f"{child.name} exited unexpectedly (exit code {rc}): starting it again")
+                    sup.children.remove(child)
+                    sup.spawn(child.name, restartable[child.name])
+                    continue
+                say(f"{child.name} exited unexpectedly (exit code {rc}): stopping everything")
+                exit_code = rc if rc > 0 else 1
+                raise Stop(signal.SIGTERM)
             now = time.monotonic()
             if not ready and now >= next_check:
                 next_check = now + 0.3

@@ -183,6 +183,29 @@ def data_dir() -> Any:
     shutil.rmtree(folder, ignore_errors=True)
 
 
+def wait_issued(stack: Devstack, base: str, headers: dict[str, str], claim_id: str) -> dict[str, Any]:
+    deadline = time.monotonic() + ISSUE_TIMEOUT
+    while True:
+        status, claim = http("GET", f"{base}/api/v1/claims/{claim_id}", headers)
+        assert status == 200, claim
+        if claim.get("status") == "issued":
+            return claim
+        assert claim.get("status") == "pending", claim
+        if time.monotonic() > deadline:
+            pytest.fail(f"claim {claim_id} still {claim!r} after {ISSUE_TIMEOUT}s; output:\n{stack.output()}")
+        time.sleep(0.5)
+
+
+def celery_worker_of(devstack_pid: int) -> int:
+    """The pid of the Celery worker's main process that devstack started."""
+    import psutil
+
+    for child in psutil.Process(devstack_pid).children():
+        if "worker" in child.cmdline() and any("celery" in part for part in child.cmdline()):
+            return child.pid
+    raise AssertionError("no celery worker among devstack's children")
+
+
 def test_run_claim_issue_and_ctrl_c(data_dir: Path) -> None:
     web_port, valkey_port = free_port(), free_port()
     stack = Devstack(data_dir, web_port, valkey_port)
@@ -205,19 +228,19 @@ def test_run_claim_issue_and_ctrl_c(data_dir: Path) -> None:
         claim_id = body["claim_id"]
 
         # The worker drains the claim ledger into PostgreSQL and issues the coupon.
-        deadline = time.monotonic() + ISSUE_TIMEOUT
-        while True:
-            status, claim = http("GET", f"{base}/api/v1/claims/{claim_id}", headers)
-            assert status == 200, claim
-            if claim.get("status") == "issued":
-                break
-            assert claim.get("status") == "pending", claim
-            if time.monotonic() > deadline:
-                waited = f"after {ISSUE_TIMEOUT}s"
-                pytest.fail(f"claim {claim_id} still {claim!r} {waited}; output:\n{stack.output()}")
-            time.sleep(0.5)
+        claim = wait_issued(stack, base, headers, claim_id)
         assert claim["coupon"], claim
         assert str(claim["claim_id"]) == str(claim_id)
+
+        # A worker that dies is started again, and the next claim is issued all the same.
+        worker = celery_worker_of(stack.proc.pid)
+        os.kill(worker, signal.SIGKILL)
+        stack.wait_for(lambda line: "worker exited unexpectedly" in line and "starting it again" in line, 30)
+        other = f"fresh_{uuid.uuid4().hex[:10]}"
+        other_headers = {"X-User-Id": other, "X-Token": token_for(other)}
+        status, body = http("POST", f"{base}/api/v1/campaigns/{campaign['id']}/claim", other_headers, {})
+        assert status == 200 and body["status"] == "claimed", body
+        assert wait_issued(stack, base, other_headers, body["claim_id"])["coupon"]
 
         # Ctrl-C: everything stops, the servers too, and the exit status is 0.
         stack.proc.send_signal(signal.SIGINT)

@@ -197,6 +197,10 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
+# When the broker goes away, a task still running would later ack on the dead channel, and kombu's Redis
+# transport then crashes the worker (AttributeError in _connparams). Cancel such tasks instead: every task
+# here is idempotent (the drain commits, then acknowledges) and beat sends it again within seconds.
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"

@@ -39,6 +39,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -331,32 +332,38 @@ class Suite:
         }
 
     def phase_fixed(self) -> None:
-        """Fixed-rate latency at 80% of each one's measured maximum (coordinated-omission free)."""
+        """Fixed-rate latency at 80% and 50% of each one's measured maximum (coordinated-omission free)."""
         a = self.args
         sell = self.report["scenarios"].get("selling") or {}
         if "couponrush" not in sell:
             raise BenchError("the fixed-rate phase needs the selling phase's maxima")
-        cr_rate = a.fixed_share * sell["couponrush"]["requests_per_s"]
-        seed_rate = a.fixed_share * sell["seed_go"]["requests_per_s"]
-        log(f"== fixed rate: {a.fixed_share:.0%} of the measured maximum, {a.connections} connections, "
-            f"latency from the intended send time")
+        log(f"== fixed rate: {a.fixed_share:.0%} and {a.fixed_low_share:.0%} of the measured maximum, "
+            f"{a.connections} connections, latency from the intended send time")
         self.pause_worker(True)
+        for key, share, seed_n in (("fixed_rate", a.fixed_share, 2), ("fixed_rate_low", a.fixed_low_share, 4)):
+            if share > 0:
+                self.report["scenarios"][key] = self._fixed(sell, share, seed_n)
+
+    def _fixed(self, sell: dict[str, Any], share: float, seed_n: int) -> dict[str, Any]:
+        a = self.args
+        cr_rate = share * sell["couponrush"]["requests_per_s"]
+        seed_rate = share * sell["seed_go"]["requests_per_s"]
         before = self.stock(self.sell_id) or 0
-        with Ticker("couponrush fixed", lambda: f"sold {before - (self.stock(self.sell_id) or 0):,}"):
-            cr = run_loadgen(self.loadgen, "couponrush fixed", port=self.port,
+        label = f"fixed {share:.0%}"
+        with Ticker(f"couponrush {label}", lambda: f"sold {before - (self.stock(self.sell_id) or 0):,}"):
+            cr = run_loadgen(self.loadgen, f"couponrush {label}", port=self.port,
                              path=f"/api/v1/campaigns/{self.sell_id}/claim", rate=cr_rate, duration=a.duration,
                              connections=a.connections, tokens=self.tokens, offset=self.offsets[self.sell_id],
                              repeat=a.repeat)
         self.offsets[self.sell_id] += cr["sent"] + a.connections
-        seed_id = self.seed_campaign(2, a.sell_stock)
-        with Ticker("seed-go fixed", lambda: f"sold {a.sell_stock - self.seed_stock(seed_id):,}"):
-            seed = run_loadgen(self.loadgen, "seed-go fixed", port=self.seed_port,
+        seed_id = self.seed_campaign(seed_n, a.sell_stock)
+        with Ticker(f"seed-go {label}", lambda: f"sold {a.sell_stock - self.seed_stock(seed_id):,}"):
+            seed = run_loadgen(self.loadgen, f"seed-go {label}", port=self.seed_port,
                                path=f"/api/v1/campaigns/{seed_id}/claim", rate=seed_rate, duration=a.duration,
                                connections=a.connections, tokens=self.tokens, offset=0, repeat=a.repeat)
-        # The same rate on seed-go as on couponrush: whether seed-go's tail at couponrush's load is any better.
-        self.report["scenarios"]["fixed_rate"] = {
-            "what": f"fixed-rate load at {a.fixed_share:.0%} of each one's wrk maximum, latency from intended send",
-            "couponrush": cr, "seed_go": seed,
+        return {
+            "what": f"fixed-rate load at {share:.0%} of each one's wrk maximum, latency from intended send",
+            "share": share, "couponrush": cr, "seed_go": seed,
             "wrk_saturating": {"couponrush": {k: sell["couponrush"].get(k) for k in ("requests_per_s", "p50_ms",
                                                                                      "p99_ms")},
                                "seed_go": {k: sell["seed_go"].get(k) for k in ("requests_per_s", "p50_ms", "p99_ms")}},
@@ -949,10 +956,15 @@ def figures_table(rep: dict[str, Any]) -> list[dict[str, Any]]:
             ratio(c.get("p99_ms"), g.get("p99_ms")), "<= 20 ms", (c.get("p99_ms") or 1e9) <= 20)
         add("selling (stock 1M)", "claims/s (wrk)", c["requests_per_s"], "bare endpoint", b["requests_per_s"],
             x["ratios"]["claim_over_bare"], "", None)
-    if (x := s.get("fixed_rate")) and "couponrush" in x:
+    for key in ("fixed_rate", "fixed_rate_low"):
+        if not ((x := s.get(key)) and "couponrush" in x):
+            continue
         c, g = x["couponrush"], x["seed_go"]
+        add(f"fixed {x['share']:.0%}: {c['target_rate']:,.0f}/s vs {g['target_rate']:,.0f}/s", "achieved req/s",
+            c["achieved_rate"], "seed-go", g["achieved_rate"], ratio(c["achieved_rate"], g["achieved_rate"]), "", None)
         for p in ("p50_ms", "p99_ms", "p999_ms"):
-            add(f"fixed rate {c['target_rate']:,.0f}/s vs {g['target_rate']:,.0f}/s", f"{p[:-3]} ms from intent",
+            add(f"fixed {x['share']:.0%}: {c['target_rate']:,.0f}/s vs {g['target_rate']:,.0f}/s",
+                f"{p[:-3]} ms from intent",
                 c["latency_from_intent"].get(p), "seed-go", g["latency_from_intent"].get(p),
                 ratio(c["latency_from_intent"].get(p), g["latency_from_intent"].get(p)),
                 "<= 20 ms" if p == "p99_ms" else "", (c["latency_from_intent"].get(p) or 1e9) <= 20
@@ -1026,11 +1038,12 @@ def chart_svg(rep: dict[str, Any]) -> str:
     if (x := s.get("selling")) and "couponrush" in x:
         lat.append(("couponrush, wrk saturating", {k: x["couponrush"].get(k) for k in ("p50_ms", "p90_ms", "p99_ms")}))
         lat.append(("seed-go, wrk saturating", {k: x["seed_go"].get(k) for k in ("p50_ms", "p90_ms", "p99_ms")}))
-    if (x := s.get("fixed_rate")) and "couponrush" in x:
-        lat.append((f"couponrush, fixed {x['couponrush']['target_rate']:,.0f}/s",
-                    {k: x["couponrush"]["latency_from_intent"].get(k) for k in ("p50_ms", "p99_ms", "p999_ms")}))
-        lat.append((f"seed-go, fixed {x['seed_go']['target_rate']:,.0f}/s",
-                    {k: x["seed_go"]["latency_from_intent"].get(k) for k in ("p50_ms", "p99_ms", "p999_ms")}))
+    for key in ("fixed_rate_low", "fixed_rate"):
+        if (x := s.get(key)) and "couponrush" in x:
+            lat.append((f"couponrush, fixed {x['couponrush']['target_rate']:,.0f}/s ({x['share']:.0%})",
+                        {k: x["couponrush"]["latency_from_intent"].get(k) for k in ("p50_ms", "p99_ms", "p999_ms")}))
+            lat.append((f"seed-go, fixed {x['seed_go']['target_rate']:,.0f}/s ({x['share']:.0%})",
+                        {k: x["seed_go"]["latency_from_intent"].get(k) for k in ("p50_ms", "p99_ms", "p999_ms")}))
     if (x := s.get("soldout")) and "couponrush" in x:
         lat.append(("sold-out, wrk", {k: x["couponrush"].get(k) for k in ("p50_ms", "p90_ms", "p99_ms")}))
         lat.append(("bare endpoint, wrk", {k: x["bare"].get(k) for k in ("p50_ms", "p90_ms", "p99_ms")}))
@@ -1147,6 +1160,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeat", type=float, default=0.15, help="share of requests from an already-seen shopper (0.15)")
     p.add_argument("--shoppers", type=int, default=1_000_000, help="shoppers in the token file (1000000)")
     p.add_argument("--fixed-share", type=float, default=0.8, help="fixed rate as a share of the wrk maximum (0.8)")
+    p.add_argument("--fixed-low-share", type=float, default=0.5, help="a second, lower fixed rate (0.5; 0: none)")
     p.add_argument("--bare-path", default="/healthz", help="the bare JSON endpoint of the same server (/healthz)")
     p.add_argument("--drain-baseline-seconds", type=float, default=3.0, help="seconds of the batch-1 drain (3)")
     p.add_argument("--drain-max-seconds", type=float, default=60.0, help="cap of the bulk drain (60)")
@@ -1200,9 +1214,13 @@ def main(argv: list[str] | None = None) -> int:
             t = time.monotonic()
             try:
                 getattr(suite, f"phase_{phase}")()
-            except BenchError as exc:
-                log(f"ERROR in {phase}: {exc}")
-                rep["scenarios"].setdefault(phase, {})["error"] = str(exc)
+            except (Interrupted, KeyboardInterrupt):
+                raise
+            except Exception as exc:  # noqa: BLE001 - one phase failing must not lose the others' figures
+                log(f"ERROR in {phase}: {type(exc).__name__}: {exc}")
+                if not isinstance(exc, BenchError):
+                    traceback.print_exc()
+                rep["scenarios"].setdefault(phase, {})["error"] = f"{type(exc).__name__}: {exc}"
                 exit_code = 2
             phase_times[phase] = round(time.monotonic() - t, 1)
             log(f"== {phase} done in {phase_times[phase]}s (total {time.monotonic() - t0:.0f}s)")

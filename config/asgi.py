@@ -1,6 +1,9 @@
 """ASGI entry point, the web server of `make run` and of the compose file:
 `granian --interface asgi config.asgi:application`.
 
+GET /healthz is answered on the event loop too: a liveness probe needs nothing from Django, and it is the
+server's bare JSON endpoint that the benchmarks compare the claim with.
+
 POST /api/v1/campaigns/{id}/claim is answered on the worker's event loop: the same checks and answer as every
 other way in (orders.apis.claim_answer_async shares them with the Django view), with the claim script sent
 through the loop's auto-pipelined Redis connection (campaigns/redis_async.py), so that a hundred shoppers'
@@ -41,6 +44,7 @@ from .logs import request_id_from, request_id_var  # noqa: E402
 log = logging.getLogger(__name__)
 CLAIM_PATH = re.compile(r"/api/v1/campaigns/([^/]+)/claim")
 _JSON_HEADERS = [(b"content-type", b"application/json"), (b"x-content-type-options", b"nosniff")]
+_ALIVE = orjson.dumps(body_of(0, "ok"))
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
@@ -57,9 +61,12 @@ class Application:
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "http":
-            match = CLAIM_PATH.fullmatch(scope["path"])
+            path = scope["path"]
+            match = CLAIM_PATH.fullmatch(path)
             if match is not None and scope["method"] == "POST":
                 await self.claim(scope, receive, send, match.group(1))
+            elif path == "/healthz" and scope["method"] in ("GET", "HEAD"):
+                await self.alive(scope, send)
             else:
                 await self.django(scope, receive, send)
         elif kind == "lifespan":
@@ -81,6 +88,12 @@ class Application:
         extra = [(name.lower().encode(), value.encode()) for name, value in headers.items()]
         await respond(send, status, [*_JSON_HEADERS, (b"x-request-id", request_id.encode()), *extra],
                       orjson.dumps(answer))
+
+    async def alive(self, scope: dict[str, Any], send: Send) -> None:
+        """GET /healthz: the process is alive when its event loop answers (the same body as the Django view;
+        readiness, which needs the stores, is /readyz)."""
+        request_id = request_id_from(environ_headers(scope))
+        await respond(send, 200, [*_JSON_HEADERS, (b"x-request-id", request_id.encode())], _ALIVE)
 
     async def django(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
         environ = environ_headers(scope)

@@ -94,7 +94,7 @@ def django_answer(url: str, method: str, path: str, **kwargs: Any) -> tuple[int,
 
 def test_every_other_request_is_djangos(http_server, live_campaign, django_user_model) -> None:
     campaign = live_campaign()
-    assert django_answer(http_server, "GET", "/healthz") == (200, {"code": 0, "status": "ok"})
+    assert django_answer(http_server, "GET", "/readyz")[0] == 200
     status, body = django_answer(http_server, "GET", f"/api/v1/campaigns/{campaign.pk}/claim")
     assert (status, body["status"]) == (405, "method_not_allowed")
     status, body = django_answer(http_server, "GET", "/api/v1/nowhere/%E4%B8%AD?x=%20y")
@@ -128,3 +128,10 @@ def test_a_body_django_would_refuse_is_refused_unread(http_server) -> None:
         "X-User-Id": "ann", "X-Token": mint_token("ann", ttl=600), "Idempotency-Key": "r1",
         "Content-Type": "application/json"}, body=b'{"a":"' + b"x" * 100_000 + b'"}', chunked=True)
     assert (status, body["status"]) == (413, "payload_too_large")
+
+
+def test_healthz_is_answered_on_the_event_loop_with_the_django_views_body(http_server, client) -> None:
+    status, headers, payload = send(http_server, "GET", "/healthz", headers={"X-Request-ID": "lb-0000000042"})
+    view = client.get("/healthz")
+    assert (status, json.loads(payload)) == (view.status_code, view.json()) == (200, {"code": 0, "status": "ok"})
+    assert headers["X-Request-ID"] == "lb-0000000042" and headers["Content-Type"] == "application/json"

@@ -24,6 +24,7 @@ from rest_framework.views import APIView
 from campaigns.errors import ApplicationError, Unavailable
 
 from .auth import authenticate
+from .logs import add_log_fields
 
 log = logging.getLogger(__name__)
 
@@ -209,6 +210,7 @@ class ShopperApi(APIView):
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         super().initial(request, *args, **kwargs)
+        add_log_fields(shopper=self.user_id)
         length = request.META.get("CONTENT_LENGTH") or "0"
         if CONTENT_LENGTH_RE.fullmatch(length) is None:
             raise BadRequest("Bad Content-Length.")

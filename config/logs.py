@@ -6,11 +6,12 @@ formatter writes the message, the logger, the level and the `extra` fields given
 """
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import json
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,6 +20,8 @@ from django.http import HttpRequest, HttpResponse
 from .hot import unique_hex
 
 request_id_var: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
+# What is known of the work in hand (campaign, shopper, claim_id ...): put on every log line it makes.
+log_fields_var: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("log_fields", default=None)
 REQUEST_ID_RE = re.compile(r"[A-Za-z0-9._-]{8,64}")
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime", "request_id"}
 
@@ -27,6 +30,41 @@ def request_id_from(meta: Any) -> str:
     """Return the incoming X-Request-ID if it is a sane token, else a new one."""
     incoming = meta.get("HTTP_X_REQUEST_ID")
     return incoming if incoming and REQUEST_ID_RE.fullmatch(incoming) else unique_hex()
+
+
+def add_log_fields(**fields: Any) -> None:
+    """Put these fields on every log line of the work in hand from now on (a request: its middleware or
+    fast path forgets them at its end; a task: log_fields())."""
+    current = log_fields_var.get()
+    log_fields_var.set({**current, **fields} if current else fields)
+
+
+@contextlib.contextmanager
+def log_fields(**fields: Any) -> Iterator[None]:
+    """add_log_fields() for a block, forgotten after it."""
+    token = log_fields_var.set({**(log_fields_var.get() or {}), **fields})
+    try:
+        yield
+    finally:
+        log_fields_var.reset(token)
+
+
+def _record_factory(factory: Callable[..., logging.LogRecord]) -> Callable[..., logging.LogRecord]:
+    def make(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = factory(*args, **kwargs)
+        fields = log_fields_var.get()
+        if fields:
+            for name, value in fields.items():
+                if value is not None and name not in record.__dict__:
+                    setattr(record, name, value)
+        return record
+
+    make.couponrush = True  # type: ignore[attr-defined]
+    return make
+
+
+if not getattr(logging.getLogRecordFactory(), "couponrush", False):
+    logging.setLogRecordFactory(_record_factory(logging.getLogRecordFactory()))
 
 
 class RequestIdFilter(logging.Filter):
@@ -63,9 +101,11 @@ class RequestIdMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponse:
         request_id = request_id_from(request.META)
         token = request_id_var.set(request_id)
+        fields = log_fields_var.set(None)
         try:
             response = self.get_response(request)
         finally:
+            log_fields_var.reset(fields)
             request_id_var.reset(token)
         response["X-Request-ID"] = request_id
         return response

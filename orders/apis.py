@@ -32,6 +32,7 @@ from config.api import (
     parse_id,
 )
 from config.hot import hot
+from config.logs import log_fields
 from config.tracing import span
 from coupons.apis import CouponOutputSerializer, answer_response
 from coupons.idempotency import Answer, run_idempotent
@@ -68,7 +69,8 @@ def claim_answer(meta: Mapping[str, Any], campaign_id_text: str, read_body: Call
         request = claim_request_of(meta, campaign_id_text, read_body)
     except ApplicationError as exc:
         return _refused(exc, None, started)
-    with span("couponrush.claim", campaign_id=request.campaign_id) as traced:
+    with log_fields(campaign=request.campaign_id, shopper=request.user_id), \
+            span("couponrush.claim", campaign_id=request.campaign_id) as traced:
         try:
             outcome = claim_create(campaign_id=request.campaign_id, user_id=request.user_id,
                                    idempotency_key=request.idempotency_key, client_ip=request.client_ip)
@@ -86,7 +88,8 @@ async def claim_answer_async(meta: Mapping[str, Any], campaign_id_text: str, bod
         request = claim_request_of(meta, campaign_id_text, lambda: body)
     except ApplicationError as exc:
         return _refused(exc, None, started)
-    with span("couponrush.claim", campaign_id=request.campaign_id) as traced:
+    with log_fields(campaign=request.campaign_id, shopper=request.user_id), \
+            span("couponrush.claim", campaign_id=request.campaign_id) as traced:
         try:
             outcome = await claim_create_async(campaign_id=request.campaign_id, user_id=request.user_id,
                                                idempotency_key=request.idempotency_key, client_ip=request.client_ip)

@@ -12,6 +12,7 @@ from campaigns.errors import Unavailable
 from campaigns.models import Campaign, CampaignEventType
 from campaigns.redis_state import StoreUnavailable, campaign_keys, redis_client
 from campaigns.services import campaign_preheat
+from config.logs import log_fields
 
 from . import ledger, services
 
@@ -21,22 +22,23 @@ log = logging.getLogger(__name__)
 @shared_task(name="orders.tasks.drain_campaign", ignore_result=True)
 def drain_campaign(campaign_id: int) -> dict:
     """Drain one campaign's ledger (triggered after claims). Re-enqueues itself while more is waiting."""
-    # Clear the trigger flag before reading: a claim after this point sets it again and sends a new
-    # trigger, a claim before it is in the stream this run reads.
-    try:
-        redis_client().delete(campaign_keys(campaign_id).drain)
-        # Measured: a batch of 500 takes ~43 ms (one INSERT ... unnest statement, local PostgreSQL), about
-        # 11,500 claims/s; 5 s per task is ~50k claims before it re-enqueues itself.
-        report = services.drain_campaign(campaign_id=campaign_id, max_seconds=5.0)
-    except StoreUnavailable:
-        log.warning("drain of campaign %s: Redis unavailable; the sweep retries", campaign_id)
-        return {"campaign_id": campaign_id, "error": "redis unavailable"}
-    if report.read:
-        log.info("drained campaign %s: %d claims read, %d new coupons, %d taken over from dead workers",
-                 campaign_id, report.read, report.persisted, report.reclaimed)
-    if not report.caught_up:
-        drain_campaign.apply_async(args=[campaign_id], expires=60)
-    return {"campaign_id": campaign_id, "read": report.read, "persisted": report.persisted}
+    with log_fields(campaign=campaign_id):  # on every log line of the drain
+        # Clear the trigger flag before reading: a claim after this point sets it again and sends a new
+        # trigger, a claim before it is in the stream this run reads.
+        try:
+            redis_client().delete(campaign_keys(campaign_id).drain)
+            # Measured: a batch of 500 takes ~43 ms (one INSERT ... unnest statement, local PostgreSQL), about
+            # 11,500 claims/s; 5 s per task is ~50k claims before it re-enqueues itself.
+            report = services.drain_campaign(campaign_id=campaign_id, max_seconds=5.0)
+        except StoreUnavailable:
+            log.warning("drain of campaign %s: Redis unavailable; the sweep retries", campaign_id)
+            return {"campaign_id": campaign_id, "error": "redis unavailable"}
+        if report.read:
+            log.info("drained campaign %s: %d claims read, %d new coupons, %d taken over from dead workers",
+                     campaign_id, report.read, report.persisted, report.reclaimed)
+        if not report.caught_up:
+            drain_campaign.apply_async(args=[campaign_id], expires=60)
+        return {"campaign_id": campaign_id, "read": report.read, "persisted": report.persisted}
 
 
 @shared_task(name="orders.tasks.drain_sweep", ignore_result=True)

@@ -48,3 +48,45 @@ def test_the_claim_fast_path_answers_with_a_request_id_and_logs_no_token(live_ca
 
     assert status == "200" and answer_headers["x-request-id"] == "lb-0000000042"
     assert headers["HTTP_X_TOKEN"] not in caplog.text
+
+
+def test_the_lines_of_a_claim_carry_its_campaign_and_shopper_and_nothing_leaks_to_the_next(live_campaign,
+                                                                                         caplog) -> None:
+    import asyncio
+    import socket
+
+    from django.test import override_settings
+
+    from campaigns.redis_state import reset_redis_client
+    from orders.apis import claim_answer, claim_answer_async
+
+    campaign = live_campaign()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    caplog.set_level(logging.WARNING)
+    with override_settings(REDIS_URL=f"redis://127.0.0.1:{closed}/0"):
+        reset_redis_client()
+        assert claim_answer(shopper_headers("ann"), str(campaign.pk), lambda: b"")[0] == 503
+        assert asyncio.run(claim_answer_async(shopper_headers("bob"), str(campaign.pk), b""))[0] == 503
+        logging.getLogger("orders").warning("after the claims")
+    reset_redis_client()
+
+    lines = [json.loads(JsonFormatter().format(r)) for r in caplog.records]
+    unavailable = [line for line in lines if "Redis unavailable" in line["msg"]]
+    assert [(line["campaign"], line["shopper"]) for line in unavailable] == [(campaign.pk, "ann"), (campaign.pk, "bob")]
+    assert "campaign" not in lines[-1] and "shopper" not in lines[-1]
+    assert not any("X-Token" in line["msg"] or "." in str(line.get("shopper", "")) for line in lines)
+
+
+def test_the_lines_of_a_drain_task_carry_its_campaign(live_campaign, caplog) -> None:
+    from orders.services import claim_create
+    from orders.tasks import drain_campaign
+
+    campaign = live_campaign()
+    claim_create(campaign_id=campaign.pk, user_id="ann", idempotency_key=None)
+    caplog.set_level(logging.INFO)
+    drain_campaign(campaign.pk)
+
+    drained = [r for r in caplog.records if r.getMessage().startswith("drained campaign")]
+    assert drained and json.loads(JsonFormatter().format(drained[0]))["campaign"] == campaign.pk

@@ -28,6 +28,10 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 _SECOND_LOOK_SECONDS = 0.01
 
 
+class NotSent(ConnectionError):
+    """No connection to Redis could be opened: the command was never sent, so it surely did not run."""
+
+
 class PipelinedRedis:
     """One auto-pipelined connection, used from one event loop."""
 
@@ -78,7 +82,7 @@ class PipelinedRedis:
         try:
             conn = await asyncio.wait_for(self._open(loop), self.connect_timeout)
         except (OSError, TimeoutError, ResponseError) as exc:
-            error = exc if isinstance(exc, ResponseError) else ConnectionError(f"cannot connect to Redis: {exc!r}")
+            error = exc if isinstance(exc, ResponseError) else NotSent(f"cannot connect to Redis: {exc!r}")
             self._connecting.set_exception(error)
             self._connecting.exception()  # retrieved: other waiters re-raise it, no "never retrieved" warning
             self._connecting = None

@@ -24,7 +24,7 @@ from redis.retry import Retry
 
 from config.hot import hot, unique_hex
 
-from .redis_async import PipelinedRedis
+from .redis_async import NotSent, PipelinedRedis
 
 LUA_DIR = Path(__file__).resolve().parent / "lua"
 DRAIN_GROUP = "drain"
@@ -32,6 +32,17 @@ DRAIN_GROUP = "drain"
 
 class StoreUnavailable(Exception):
     """Redis could not be reached or refused the command; nothing was changed by this request."""
+
+
+class ClaimOutcomeUnknown(StoreUnavailable):
+    """The claim's reply was lost and its answer could not be read (Redis still unreachable after the
+    deadline). The caller answers 503, so the claim, if it ran, must be taken back: run_void() once Redis
+    answers again (orders.services does it in the background)."""
+
+    def __init__(self, message: str, *, campaign_id: int, user_id: str, answer_key: str, token: str) -> None:
+        super().__init__(message)
+        self.campaign_id, self.user_id, self.answer_key, self.token = campaign_id, user_id, answer_key, token
+        self.claim_id: str | None = None  # set once void.lua took the claim back: it is then cancelled
 
 
 class ClaimCode(enum.IntEnum):
@@ -153,6 +164,7 @@ class _Scripts:
         self.compare_and_set = client.register_script((LUA_DIR / "compare_and_set.lua").read_text())
         self.add_stock = client.register_script((LUA_DIR / "add_stock.lua").read_text())
         self.extend = client.register_script((LUA_DIR / "extend.lua").read_text())
+        self.void = client.register_script((LUA_DIR / "void.lua").read_text())
 
 
 _scripts: _Scripts | None = None
@@ -187,18 +199,27 @@ def run_claim(
     except (redis.ConnectionError, redis.TimeoutError) as exc:
         # The reply is lost, not necessarily the claim: once the deadline has passed the script can no longer
         # run, so its stored answer (or its absence) is the outcome. Never answer 503 for a claim that happened.
-        raw = _found_or_unavailable(_stored_answer_after(call.idem_key, call.deadline_ms), exc)
+        raw = _found_or_unavailable(_stored_answer_after(call.idem_key, call.deadline_ms), exc, call, campaign_id,
+                                    user_id)
     except redis.RedisError as exc:
         raise StoreUnavailable(str(exc)) from exc
     return claim_result(raw)
 
 
-def _found_or_unavailable(stored: tuple[int, str] | None, exc: Exception) -> list[Any]:
-    """The script's reply rebuilt from its stored answer (the drain flag set: a trigger costs nothing), or
-    StoreUnavailable when it never ran."""
+def _found_or_unavailable(stored: tuple[int, str] | None | object, exc: Exception, call: ClaimCall,
+                          campaign_id: int, user_id: str) -> list[Any]:
+    """The script's reply rebuilt from its stored answer (the drain flag set: a trigger costs nothing);
+    StoreUnavailable when it never ran, ClaimOutcomeUnknown when the answer could not be read."""
+    if stored is UNREADABLE:
+        raise ClaimOutcomeUnknown(str(exc), campaign_id=campaign_id, user_id=user_id,
+                                  answer_key=call.idem_key, token=call.token) from exc
     if stored is None:
         raise StoreUnavailable(str(exc)) from exc
+    assert isinstance(stored, tuple)
     return [stored[0], stored[1], 2]
+
+
+UNREADABLE = object()  # the stored answer could not be read (Redis still unreachable)
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,6 +230,7 @@ class ClaimCall:
     args: list[str | int]
     idem_key: str
     deadline_ms: int
+    token: str  # this request's, stored with its answer (only this request may void its claim)
 
 
 def claim_call(
@@ -219,11 +241,12 @@ def claim_call(
     # Every claim stores its answer under a key: the shopper's Idempotency-Key (kept 24 h), or one of its own
     # (kept seconds), so that when the reply is lost the outcome can still be read (see run_claim).
     conf = hot()
+    token = unique_hex()
     if idempotency_key is not None:
         digest = key_digest(idempotency_key)
         idem_key, keep_ms = keys.idempotency_of_digest(user_id, digest), conf.idempotency_ttl_ms
     else:
-        digest, idem_key, keep_ms = "", keys.own_answer(unique_hex()), OWN_ANSWER_KEEP_MS
+        digest, idem_key, keep_ms = "", keys.own_answer(token), OWN_ANSWER_KEEP_MS
     window = int(time.time())
     ip_limit = conf.ip_per_second if client_ip else 0
     deadline_ms = now_ms + int(conf.redis_timeout * 1000) - DEADLINE_MARGIN_MS
@@ -239,9 +262,11 @@ def claim_call(
             ip_limit,
             deadline_ms,
             digest,
+            token,
         ],
         idem_key=idem_key,
         deadline_ms=deadline_ms,
+        token=token,
     )
 
 
@@ -276,8 +301,11 @@ async def run_claim_async(
     script = scripts().claim
     try:
         raw = await client.evalsha(script.sha, script.script, call.keys, call.args)
+    except NotSent as exc:  # never reached Redis: nothing to read back, nothing to take back
+        raise StoreUnavailable(str(exc)) from exc
     except (redis.ConnectionError, redis.TimeoutError) as exc:
-        raw = _found_or_unavailable(await _stored_answer_after_async(call.idem_key, call.deadline_ms), exc)
+        raw = _found_or_unavailable(await _stored_answer_after_async(call.idem_key, call.deadline_ms), exc, call,
+                                    campaign_id, user_id)
     except redis.RedisError as exc:
         raise StoreUnavailable(str(exc)) from exc
     return claim_result(raw)
@@ -305,7 +333,7 @@ async def _redis_now_ms_async(client: PipelinedRedis) -> int:
     return int(time.time() * 1000 + _clock["offset_ms"])
 
 
-async def _stored_answer_after_async(idem_key: str, deadline_ms: int) -> tuple[int, str] | None:
+async def _stored_answer_after_async(idem_key: str, deadline_ms: int) -> tuple[int, str] | None | object:
     """_stored_answer_after() for an event loop: a fresh short-timeout connection reads the stored answer."""
     wait_ms = deadline_ms + DEADLINE_MARGIN_MS - int(time.time() * 1000 + _clock["offset_ms"])
     if wait_ms > 0:
@@ -320,17 +348,22 @@ async def _stored_answer_after_async(idem_key: str, deadline_ms: int) -> tuple[i
             continue
         finally:
             reader.close()
-        return None if stored is None else _parse_stored(stored)
-    return None
+        return _parse_stored(stored)
+    return UNREADABLE
 
 
-def _parse_stored(stored: bytes | str) -> tuple[int, str]:
+def _parse_stored(stored: bytes | str | None) -> tuple[int, str] | None:
+    """A stored answer "<code>:<ledger id>[:<token>[:d]]" (None: absent, or 'void': taken back, never given)."""
+    if stored is None:
+        return None
     text = stored.decode() if isinstance(stored, bytes) else str(stored)
-    code, _, ledger_id = text.partition(":")
+    if text == "void":
+        return None
+    code, ledger_id, *_ = [*text.split(":"), ""]
     return int(code), ledger_id
 
 
-OWN_ANSWER_KEEP_MS = 10_000
+OWN_ANSWER_KEEP_MS = 30_000  # outlives a Redis frozen for up to 30 s, so a void still finds the answer
 RECOVERY_BUDGET_SECONDS = 0.3
 _recovery: redis.Redis | None = None
 
@@ -348,8 +381,9 @@ def _recovery_client() -> redis.Redis:
     return _recovery
 
 
-def _stored_answer_after(idem_key: str, deadline_ms: int) -> tuple[int, str] | None:
-    """After the claim's deadline, read the answer its script stored; None if it never ran (or Redis is gone)."""
+def _stored_answer_after(idem_key: str, deadline_ms: int) -> tuple[int, str] | None | object:
+    """After the claim's deadline, read the answer its script stored: None if it never ran, UNREADABLE when
+    Redis did not answer within the budget."""
     wait_ms = deadline_ms + DEADLINE_MARGIN_MS - int(time.time() * 1000 + _clock["offset_ms"])
     if wait_ms > 0:
         time.sleep(min(wait_ms, 1000) / 1000)
@@ -359,8 +393,8 @@ def _stored_answer_after(idem_key: str, deadline_ms: int) -> tuple[int, str] | N
             stored = _recovery_client().get(idem_key)
         except redis.RedisError:
             continue
-        return None if stored is None else _parse_stored(stored)
-    return None
+        return _parse_stored(stored)
+    return UNREADABLE
 
 
 # The claim carries a deadline in Redis's own clock (its TIME), so host clocks may differ: each process learns
@@ -389,6 +423,18 @@ def _learn_offset(before: float, after: float, seconds: int, micros: int, measur
     """Remember the offset of Redis's clock (TIME: seconds, micros) from ours, read between before and after."""
     _clock["offset_ms"] = seconds * 1000 + micros / 1000 - (before + after) / 2 * 1000
     _clock["measured"] = measured
+
+
+def run_void(answer_key: str, token: str) -> str | None:
+    """Take back the claim the request `token` made, whose answer is under `answer_key` (void.lua); return its
+    ledger id when it must be cancelled now, None when there is nothing to take back. Raise StoreUnavailable."""
+    try:
+        taken, ledger_id = scripts().void(keys=[answer_key], args=[token])
+    except redis.RedisError as exc:
+        raise StoreUnavailable(str(exc)) from exc
+    if not int(taken):
+        return None
+    return ledger_id.decode() if isinstance(ledger_id, bytes) else str(ledger_id)
 
 
 def to_ms(moment: datetime) -> int:

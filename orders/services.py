@@ -14,16 +14,17 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import NoReturn
 
 from django.conf import settings
-from django.db import IntegrityError, close_old_connections, connection, transaction
+from django.db import DatabaseError, IntegrityError, close_old_connections, connection, transaction
 from django.db.models import Count
 from django.utils import timezone
 
 from campaigns import redis_state
 from campaigns.errors import ApplicationError, CampaignStateLost, NotFound, Unavailable
 from campaigns.models import Campaign, CampaignEvent, CampaignEventType
-from campaigns.redis_state import ClaimCode, StoreUnavailable
+from campaigns.redis_state import ClaimCode, ClaimOutcomeUnknown, StoreUnavailable
 from campaigns.services import campaign_preheat, keys_expire_at
 from config.hot import hot
 from config.tracing import span
@@ -132,9 +133,16 @@ def claim_create(
         if result is not None and result.code == ClaimCode.NO_STATE:
             result = _claim_without_state(campaign_id, user_id, idempotency_key, client_ip)
     except StoreUnavailable as exc:
-        log.warning("claim on campaign %s: Redis unavailable: %s", campaign_id, exc)
-        raise Unavailable() from exc
+        _unavailable(campaign_id, exc)
     return _claim_outcome(campaign_id, result)
+
+
+def _unavailable(campaign_id: int, exc: StoreUnavailable) -> NoReturn:
+    if isinstance(exc, ClaimOutcomeUnknown):
+        claim_voider.request(exc)
+    else:
+        log.warning("claim on campaign %s: Redis unavailable: %s", campaign_id, exc)
+    raise Unavailable() from exc
 
 
 async def claim_create_async(
@@ -157,8 +165,7 @@ async def claim_create_async(
         if result is not None and result.code == ClaimCode.NO_STATE:
             result = await asyncio.to_thread(_claim_without_state, campaign_id, user_id, idempotency_key, client_ip)
     except StoreUnavailable as exc:
-        log.warning("claim on campaign %s: Redis unavailable: %s", campaign_id, exc)
-        raise Unavailable() from exc
+        _unavailable(campaign_id, exc)
     return _claim_outcome(campaign_id, result)
 
 
@@ -254,6 +261,81 @@ class DrainTrigger:
 
 
 drain_trigger = DrainTrigger()
+
+
+class ClaimVoider:
+    """Take back, in the background, the claims whose requests were answered 503 without knowing whether
+    they ran (redis_state.ClaimOutcomeUnknown: the reply lost and Redis still unreachable at the deadline).
+
+    Once Redis answers again, void.lua marks the answer void, unless a repeat of the Idempotency-Key was told
+    'claimed' meanwhile (then the claim stands, and that shopper knows), and the claim is cancelled through
+    claim_cancel (coupon revoked if issued, stock returned once). Tried every half second for 15 minutes.
+    Kept in the process's memory: a web process that dies meanwhile leaves such a claim in place (logged).
+    """
+
+    RETRY_SECONDS, GIVE_UP_SECONDS = 0.5, 900.0
+
+    def __init__(self) -> None:
+        self._pending: list[tuple[float, ClaimOutcomeUnknown]] = []
+        self._cond = threading.Condition()
+        self._pid = 0
+
+    def request(self, unknown: ClaimOutcomeUnknown) -> None:
+        log.warning("claim on campaign %s by %s: outcome unknown (Redis unreachable after the deadline), "
+                    "answered 503; it will be taken back if it ran", unknown.campaign_id, unknown.user_id)
+        with self._cond:
+            if self._pid != os.getpid():
+                self._pid = os.getpid()
+                self._pending = []
+                threading.Thread(target=self._run, name="claim-voider", daemon=True).start()
+            unknown.__cause__ = unknown.__context__ = unknown.__traceback__ = None  # keep no frames alive
+            self._pending.append((time.monotonic(), unknown))
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending:
+                    self._cond.wait()
+                work, self._pending = self._pending, []
+            waiting = []
+            for n, (since, unknown) in enumerate(work):
+                try:
+                    void_claim(unknown)
+                except (StoreUnavailable, Unavailable, DatabaseError):
+                    if time.monotonic() - since < self.GIVE_UP_SECONDS:
+                        waiting.append((since, unknown))
+                    else:
+                        log.error("gave up taking back the claim under %s (campaign %s, %s): it stands",
+                                  unknown.answer_key, unknown.campaign_id, unknown.user_id)
+                    waiting.extend(work[n + 1:])  # the store is still away: the rest waits for the next round
+                    break
+                except Exception:
+                    log.exception("could not take back the claim under %s", unknown.answer_key)
+            connection.close()  # this thread's own; rare work, no connection kept
+            if waiting:
+                time.sleep(self.RETRY_SECONDS)
+                with self._cond:
+                    self._pending.extend(waiting)
+
+
+def void_claim(unknown: ClaimOutcomeUnknown) -> str | None:
+    """Take back the claim of a request answered 503 (ClaimVoider); return its claim id if it was cancelled.
+    Raise StoreUnavailable or Unavailable (try again later: a claim marked void is remembered on `unknown`,
+    so a retry goes on to cancel it)."""
+    if unknown.claim_id is None:
+        ledger_id = redis_state.run_void(unknown.answer_key, unknown.token)
+        if ledger_id is None:
+            return None
+        unknown.claim_id = ledger.claim_id_of(unknown.campaign_id, ledger_id)
+    claim_id = unknown.claim_id
+    outcome = claim_cancel(user_id=unknown.user_id, claim_id=claim_id)
+    log.warning("took back claim %s: its request had been answered 503 (%s)", claim_id, outcome.status,
+                extra={"claim_id": claim_id, "campaign": unknown.campaign_id})
+    return claim_id
+
+
+claim_voider = ClaimVoider()
 
 
 # --- the drain ---------------------------------------------------------------------------------------

@@ -19,6 +19,8 @@ ARGV[5] claims one shopper may send per second
 ARGV[6] claims one client IP may send per second (0: not limited)
 ARGV[7] deadline, milliseconds in Redis's clock: after it the caller has given up (answered 503), so the
         claim must not happen (a Redis frozen, then resumed, would otherwise run a claim nobody was told of)
+ARGV[9] this request's token: stored with the answer "<code>:<ledger id>:<token>[:d]" (":d" once a repeat of
+        the key was told it), so that only this request may void its claim (void.lua)
 ARGV[8] the digest of the shopper's Idempotency-Key ("" without one): kept in the ledger entry (field k) and
         so in PostgreSQL, from where a rebuilt Redis restores the answer of a claim made with a key
 
@@ -39,9 +41,14 @@ end
 
 if ARGV[2] == '1' then
   local previous = redis.call('GET', KEYS[5])
-  if previous then
-    local sep = string.find(previous, ':', 1, true)
-    return {tonumber(string.sub(previous, 1, sep - 1)), string.sub(previous, sep + 1), 1}
+  -- 'void': the request that made this claim gave up (503) and void.lua took the claim back: decide anew.
+  if previous and previous ~= 'void' then
+    local code, ledger_id, token, told = string.match(previous, '^([^:]*):([^:]*):?([^:]*):?([^:]*)$')
+    if code == '0' and told ~= 'd' then
+      -- told now: a void sent by a request that gave up on this answer may no longer take the claim back
+      redis.call('SET', KEYS[5], code .. ':' .. ledger_id .. ':' .. token .. ':d', 'KEEPTTL')
+    end
+    return {tonumber(code), ledger_id, 1}
   end
 end
 
@@ -92,6 +99,6 @@ if code == 0 then
   end
 end
 if ARGV[2] == '1' then
-  redis.call('SET', KEYS[5], code .. ':' .. ledger_id, 'PX', ARGV[3])
+  redis.call('SET', KEYS[5], code .. ':' .. ledger_id .. ':' .. (ARGV[9] or ''), 'PX', ARGV[3])
 end
 return {code, ledger_id, flags}

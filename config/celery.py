@@ -15,6 +15,11 @@ app.autodiscover_tasks()
 # something restarts it (found by tests/faults/test_celery_faults.py). Our tasks are idempotent and beat sends
 # them again within seconds, and the message is still restored by the transport's visibility timeout, so the
 # worker does not restore at shutdown.
-from kombu.transport.redis import QoS as _RedisQoS  # noqa: E402
+from celery.signals import worker_init  # noqa: E402
 
-_RedisQoS.restore_at_shutdown = False
+
+@worker_init.connect
+def _no_restore_at_shutdown(**kwargs: object) -> None:
+    from kombu.transport.redis import QoS  # imported here: only a worker needs it (and it imports redis-py)
+
+    QoS.restore_at_shutdown = False

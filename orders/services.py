@@ -635,6 +635,7 @@ def _rebuild(campaign: Campaign) -> int:
         rate_limit=campaign.admits_per_second,
     )
     Campaign.objects.filter(pk=campaign.pk, preheated_at__isnull=True).update(preheated_at=timezone.now())
+    _sold_out_until.pop(campaign.pk, None)
     figures = {"remaining": stock, "claims": sum(counts.values()), "given_back": len(cancelled),
                "answers_restored": answers}
     CampaignEvent.objects.create(campaign=campaign, type=CampaignEventType.REBUILT, actor="rebuild", data=figures)
@@ -808,6 +809,7 @@ def _restock(claim: Claim) -> None:
         raise Unavailable() from exc
     if result == redis_state.RestockResult.NO_STATE:
         raise CampaignStateLost()
+    _sold_out_until.pop(claim.campaign_id, None)  # this process sells it again at once (others within 0.5 s)
 
 
 def _insert_cancelled_claim(entry: ledger.LedgerEntry) -> bool:

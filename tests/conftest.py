@@ -1,6 +1,7 @@
 """Fixtures shared by every test: real PostgreSQL and Redis, never SQLite or a fake Redis."""
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import subprocess
@@ -129,3 +130,12 @@ def run_twice_at_once(job: Callable[[], Any]) -> list[Any]:
     for t in threads:
         t.join()
     return results
+
+
+def run_coroutine(coroutine: Any) -> Any:
+    """asyncio.run() in a thread of its own: a test may run while another library's loop runs in this thread
+    (pytest-playwright's, after the browser tests)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()

@@ -8,7 +8,7 @@ import pytest
 
 from config.logs import JsonFormatter, RequestIdFilter, request_id_var
 
-from .conftest import shopper_headers
+from .conftest import run_coroutine, shopper_headers
 
 pytestmark = pytest.mark.django_db
 
@@ -52,7 +52,6 @@ def test_the_claim_fast_path_answers_with_a_request_id_and_logs_no_token(live_ca
 
 def test_the_lines_of_a_claim_carry_its_campaign_and_shopper_and_nothing_leaks_to_the_next(live_campaign,
                                                                                          caplog) -> None:
-    import asyncio
     import socket
 
     from django.test import override_settings
@@ -68,7 +67,7 @@ def test_the_lines_of_a_claim_carry_its_campaign_and_shopper_and_nothing_leaks_t
     with override_settings(REDIS_URL=f"redis://127.0.0.1:{closed}/0"):
         reset_redis_client()
         assert claim_answer(shopper_headers("ann"), str(campaign.pk), lambda: b"")[0] == 503
-        assert asyncio.run(claim_answer_async(shopper_headers("bob"), str(campaign.pk), b""))[0] == 503
+        assert run_coroutine(claim_answer_async(shopper_headers("bob"), str(campaign.pk), b""))[0] == 503
         logging.getLogger("orders").warning("after the claims")
     reset_redis_client()
 

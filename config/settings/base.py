@@ -195,12 +195,12 @@ if COUPONS_REDIS_CLUSTER:  # Celery and django-redis speak to one server, not to
 CELERY_BROKER_CONNECTION_TIMEOUT = 2
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_IGNORE_RESULT = True
-CELERY_TASK_ACKS_LATE = True
-CELERY_TASK_REJECT_ON_WORKER_LOST = True
-# When the broker goes away, a task still running would later ack on the dead channel, and kombu's Redis
-# transport then crashes the worker (AttributeError in _connparams). Cancel such tasks instead: every task
-# here is idempotent (the drain commits, then acknowledges) and beat sends it again within seconds.
-CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = True
+# Messages are acknowledged when a task starts, not when it ends. Nothing depends on a task message: every
+# task is idempotent and periodic (beat sends the drain sweep every 2 s; the drain's own safety is the ledger's
+# consumer group, XAUTOCLAIM taking over a dead worker's entries). A late ack, on the other hand, made the
+# worker exit when the broker went away mid-task: the ack then ran on the dead channel inside kombu's Redis
+# transport (AttributeError in _connparams; tests/faults/test_celery_faults.py).
+CELERY_TASK_ACKS_LATE = False
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"

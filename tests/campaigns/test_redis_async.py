@@ -18,6 +18,7 @@ from campaigns.redis_state import campaign_keys, redis_client, reset_redis_clien
 from campaigns.services import campaign_preheat
 from orders.services import claim_create, claim_create_async
 
+from ..conftest import run_coroutine
 from ..factories import CampaignFactory
 
 
@@ -36,7 +37,7 @@ def test_concurrent_commands_share_writes_and_each_gets_its_own_reply() -> None:
         client.close()
         return replies, writes
 
-    replies, writes = asyncio.run(run())
+    replies, writes = run_coroutine(run())
     assert replies == list(range(500))
     assert writes <= 3  # 500 commands issued in one turn of the loop go out together (plus the SELECT)
     assert [int(v) for v in redis_client().mget([f"t:async:{n}" for n in range(500)])] == list(range(500))
@@ -53,7 +54,7 @@ def test_an_error_reply_fails_only_its_own_command() -> None:
         finally:
             client.close()
 
-    first, wrong, second = asyncio.run(run())
+    first, wrong, second = run_coroutine(run())
     assert (first, second) == (1, 2)
     assert isinstance(wrong, redis.ResponseError) and "WRONGTYPE" in str(wrong)
 
@@ -70,7 +71,7 @@ def test_a_script_redis_forgot_is_loaded_again() -> None:
         finally:
             client.close()
 
-    assert asyncio.run(run()) == 1
+    assert run_coroutine(run()) == 1
     assert redis_client().get("t:async:stock") == b"7"
     assert redis_client().script_exists(script.sha) == [True]
 
@@ -81,7 +82,7 @@ def test_a_refused_connection_is_a_fast_connection_error() -> None:
 
     started = time.monotonic()
     with pytest.raises(redis.ConnectionError):
-        asyncio.run(run())
+        run_coroutine(run())
     assert time.monotonic() - started < 0.5
 
 
@@ -111,7 +112,7 @@ def test_a_frozen_redis_fails_every_waiting_command_within_the_timeout_and_the_n
         client.close()
         return answers, elapsed, after
 
-    answers, elapsed, after = asyncio.run(run())
+    answers, elapsed, after = run_coroutine(run())
     assert all(isinstance(a, redis.TimeoutError) for a in answers)
     assert 0.3 <= elapsed < 0.6
     assert after == b"20"  # the commands ran when Redis resumed: why the claim carries a deadline (next test)
@@ -141,7 +142,7 @@ def test_a_claim_sent_to_a_frozen_redis_is_a_fast_503_and_never_happens_after_it
             await asyncio.sleep(0.5)  # Redis runs whatever was queued while it was frozen
             return answers, elapsed, warm.status
 
-        answers, elapsed, warm = asyncio.run(run())
+        answers, elapsed, warm = run_coroutine(run())
         reset_redis_client()
         assert warm == "claimed"
         assert all(isinstance(a, Unavailable) for a in answers) and elapsed < 1.0

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -85,6 +87,7 @@ def http_server(transactional_db: Any) -> Iterator[str]:
     proc = subprocess.Popen(
         [sys.executable, "-m", *command],
         cwd=ROOT, env=process_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        start_new_session=True,  # its own process group: the teardown stops the workers too
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
@@ -94,15 +97,24 @@ def http_server(transactional_db: Any) -> Iterator[str]:
             break
         except OSError:
             if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
+                stop_group(proc)
                 raise RuntimeError(f"granian did not start: {proc.stderr.read().decode()[-2000:]}") from None
             time.sleep(0.2)
     yield url
-    proc.terminate()
+    stop_group(proc)
+
+
+def stop_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM a server's process group, SIGKILL it after 10 s: no worker may outlive its test."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
     try:
         proc.wait(10)
     except subprocess.TimeoutExpired:
-        proc.kill()
+        pass
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(10)
 
 
 def unacknowledged(campaign: Campaign) -> int:

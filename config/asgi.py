@@ -38,7 +38,7 @@ from django.conf import settings  # noqa: E402  (after Django is set up: the imp
 
 from orders.apis import claim_answer_async  # noqa: E402
 
-from .api import MAX_BODY_BYTES, body_of  # noqa: E402
+from .api import CONTENT_LENGTH_RE, MAX_BODY_BYTES, body_of  # noqa: E402
 from .logs import request_id_from, request_id_var  # noqa: E402
 
 log = logging.getLogger(__name__)
@@ -190,7 +190,7 @@ async def read_body(receive: Receive, meta: dict[str, Any], limit: int) -> bytes
     """Read a body of at most `limit` bytes: b"" when Content-Length says it is larger (the caller refuses
     it by its Content-Length, unread), the first limit + 1 bytes of a chunked body that is larger."""
     length = meta.get("CONTENT_LENGTH")
-    if length is not None and (not length.isascii() or not length.isdigit() or int(length) > limit):
+    if length is not None and (CONTENT_LENGTH_RE.fullmatch(length) is None or int(length) > limit):
         return b""
     received = b""
     while True:

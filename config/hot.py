@@ -22,7 +22,6 @@ from django.core.signals import setting_changed
 class HotSettings:
     token_hmac: hmac.HMAC  # HMAC-SHA256 keyed with COUPONS_TOKEN_SECRET, to copy()
     token_max_ttl: int
-    redis_url: str
     redis_timeout: float
     redis_cluster: bool
     idempotency_ttl_ms: int
@@ -40,7 +39,6 @@ def hot() -> HotSettings:
         _hot = HotSettings(
             token_hmac=hmac.new(settings.COUPONS_TOKEN_SECRET.encode(), digestmod=hashlib.sha256),
             token_max_ttl=settings.COUPONS_TOKEN_MAX_TTL,
-            redis_url=settings.REDIS_URL,
             redis_timeout=settings.COUPONS_REDIS_SOCKET_TIMEOUT,
             redis_cluster=settings.COUPONS_REDIS_CLUSTER,
             idempotency_ttl_ms=settings.COUPONS_IDEMPOTENCY_TTL_SECONDS * 1000,

@@ -1,8 +1,9 @@
 """Storefront API of claims: the claim itself (the hot path) and reading a claim back."""
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,6 +57,12 @@ class ClaimRequest:
     idempotency_key: str | None
     client_ip: str | None
 
+    @property
+    def arguments(self) -> dict[str, Any]:
+        """claim_create()'s keyword arguments."""
+        return {"campaign_id": self.campaign_id, "user_id": self.user_id,
+                "idempotency_key": self.idempotency_key, "client_ip": self.client_ip}
+
 
 def claim_answer(meta: Mapping[str, Any], campaign_id_text: str, read_body: Callable[[], bytes]) -> Answer3:
     """Answer a claim request: (HTTP status, JSON body, extra headers). The one implementation of the claim
@@ -69,16 +76,11 @@ def claim_answer(meta: Mapping[str, Any], campaign_id_text: str, read_body: Call
         request = claim_request_of(meta, campaign_id_text, read_body)
     except ApplicationError as exc:
         return _refused(exc, None, started)
-    with log_fields(campaign=request.campaign_id, shopper=request.user_id), \
-            span("couponrush.claim", campaign_id=request.campaign_id) as traced:
+    with _claiming(request, started) as claiming:
         try:
-            outcome = claim_create(campaign_id=request.campaign_id, user_id=request.user_id,
-                                   idempotency_key=request.idempotency_key, client_ip=request.client_ip)
+            return claiming.answered(claim_create(**request.arguments))
         except ApplicationError as exc:
-            traced.set(outcome=exc.status)
-            return _refused(exc, request.campaign_id, started)
-        traced.set(outcome=outcome.status, claim_id=outcome.claim_id)
-    return _answered(outcome, started)
+            return claiming.refused(exc)
 
 
 async def claim_answer_async(meta: Mapping[str, Any], campaign_id_text: str, body: bytes) -> Answer3:
@@ -88,16 +90,36 @@ async def claim_answer_async(meta: Mapping[str, Any], campaign_id_text: str, bod
         request = claim_request_of(meta, campaign_id_text, lambda: body)
     except ApplicationError as exc:
         return _refused(exc, None, started)
+    with _claiming(request, started) as claiming:
+        try:
+            return claiming.answered(await claim_create_async(**request.arguments))
+        except ApplicationError as exc:
+            return claiming.refused(exc)
+
+
+class _Claiming:
+    """The decided part of a claim's answer, the same for both doors: counted, traced, logged."""
+
+    __slots__ = ("request", "started", "traced")
+
+    def __init__(self, request: ClaimRequest, started: float, traced: Any) -> None:
+        self.request, self.started, self.traced = request, started, traced
+
+    def answered(self, outcome: ClaimOutcome) -> Answer3:
+        self.traced.set(outcome=outcome.status, claim_id=outcome.claim_id)
+        return _answered(outcome, self.started)
+
+    def refused(self, exc: ApplicationError) -> Answer3:
+        self.traced.set(outcome=exc.status)
+        return _refused(exc, self.request.campaign_id, self.started)
+
+
+@contextlib.contextmanager
+def _claiming(request: ClaimRequest, started: float) -> Iterator[_Claiming]:
+    """Every log line of the claim carries its campaign and shopper; a span covers it when tracing is on."""
     with log_fields(campaign=request.campaign_id, shopper=request.user_id), \
             span("couponrush.claim", campaign_id=request.campaign_id) as traced:
-        try:
-            outcome = await claim_create_async(campaign_id=request.campaign_id, user_id=request.user_id,
-                                               idempotency_key=request.idempotency_key, client_ip=request.client_ip)
-        except ApplicationError as exc:
-            traced.set(outcome=exc.status)
-            return _refused(exc, request.campaign_id, started)
-        traced.set(outcome=outcome.status, claim_id=outcome.claim_id)
-    return _answered(outcome, started)
+        yield _Claiming(request, started, traced)
 
 
 def claim_request_of(meta: Mapping[str, Any], campaign_id_text: str, read_body: Callable[[], bytes]

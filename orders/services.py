@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from django.conf import settings
 from django.db import DatabaseError, IntegrityError, close_old_connections, connection, transaction
@@ -224,46 +224,64 @@ def _claim_without_state(
     return result
 
 
-class DrainTrigger:
+class _InBackground:
+    """Work handed to a thread of this process (started on first use, and again in a forked child), so that
+    the request that hands it over never waits for it."""
+
+    thread_name = "background"
+
+    def __init__(self) -> None:
+        self._pending: list[Any] = []
+        self._cond = threading.Condition()
+        self._pid = 0
+
+    def _submit(self, items: list[Any]) -> None:
+        with self._cond:
+            if self._pid != os.getpid():
+                self._pid = os.getpid()
+                self._pending = []
+                threading.Thread(target=self._run, name=self.thread_name, daemon=True).start()
+            self._pending.extend(items)
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending:
+                    self._cond.wait()
+                work, self._pending = self._pending, []
+            self._handle(work)
+
+    def _handle(self, work: list[Any]) -> None:
+        raise NotImplementedError
+
+
+class DrainTrigger(_InBackground):
     """Send drain tasks from a background thread, so a slow or absent broker never delays a claim.
 
     The claim script already debounces (at most one pending trigger per campaign); if a send fails, the
     beat sweep drains the ledger a few seconds later anyway.
     """
 
-    def __init__(self) -> None:
-        self._pending: set[int] = set()
-        self._cond = threading.Condition()
-        self._pid = 0
+    thread_name = "drain-trigger"
 
     def request(self, campaign_id: int) -> None:
-        with self._cond:
-            if self._pid != os.getpid():
-                self._pid = os.getpid()
-                self._pending = set()
-                threading.Thread(target=self._run, name="drain-trigger", daemon=True).start()
-            self._pending.add(campaign_id)
-            self._cond.notify()
+        self._submit([campaign_id])
 
-    def _run(self) -> None:
+    def _handle(self, work: list[Any]) -> None:
         from .tasks import drain_campaign
 
-        while True:
-            with self._cond:
-                while not self._pending:
-                    self._cond.wait()
-                campaign_ids, self._pending = self._pending, set()
-            for campaign_id in campaign_ids:
-                try:
-                    drain_campaign.apply_async(args=[campaign_id], retry=False, expires=60)
-                except Exception:  # the broker is down: the beat sweep will drain
-                    log.warning("could not send a drain trigger for campaign %s", campaign_id, exc_info=True)
+        for campaign_id in set(work):
+            try:
+                drain_campaign.apply_async(args=[campaign_id], retry=False, expires=60)
+            except Exception:  # the broker is down: the beat sweep will drain
+                log.warning("could not send a drain trigger for campaign %s", campaign_id, exc_info=True)
 
 
 drain_trigger = DrainTrigger()
 
 
-class ClaimVoider:
+class ClaimVoider(_InBackground):
     """Take back, in the background, the claims whose requests were answered 503 without knowing whether
     they ran (redis_state.ClaimOutcomeUnknown: the reply lost and Redis still unreachable at the deadline).
 
@@ -273,50 +291,34 @@ class ClaimVoider:
     Kept in the process's memory: a web process that dies meanwhile leaves such a claim in place (logged).
     """
 
+    thread_name = "claim-voider"
     RETRY_SECONDS, GIVE_UP_SECONDS = 0.5, 900.0
-
-    def __init__(self) -> None:
-        self._pending: list[tuple[float, ClaimOutcomeUnknown]] = []
-        self._cond = threading.Condition()
-        self._pid = 0
 
     def request(self, unknown: ClaimOutcomeUnknown) -> None:
         log.warning("claim on campaign %s by %s: outcome unknown (Redis unreachable after the deadline), "
                     "answered 503; it will be taken back if it ran", unknown.campaign_id, unknown.user_id)
-        with self._cond:
-            if self._pid != os.getpid():
-                self._pid = os.getpid()
-                self._pending = []
-                threading.Thread(target=self._run, name="claim-voider", daemon=True).start()
-            unknown.__cause__ = unknown.__context__ = unknown.__traceback__ = None  # keep no frames alive
-            self._pending.append((time.monotonic(), unknown))
-            self._cond.notify()
+        unknown.__cause__ = unknown.__context__ = unknown.__traceback__ = None  # keep no frames alive
+        self._submit([(time.monotonic(), unknown)])
 
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._pending:
-                    self._cond.wait()
-                work, self._pending = self._pending, []
-            waiting = []
-            for n, (since, unknown) in enumerate(work):
-                try:
-                    void_claim(unknown)
-                except (StoreUnavailable, Unavailable, DatabaseError):
-                    if time.monotonic() - since < self.GIVE_UP_SECONDS:
-                        waiting.append((since, unknown))
-                    else:
-                        log.error("gave up taking back the claim under %s (campaign %s, %s): it stands",
-                                  unknown.answer_key, unknown.campaign_id, unknown.user_id)
-                    waiting.extend(work[n + 1:])  # the store is still away: the rest waits for the next round
-                    break
-                except Exception:
-                    log.exception("could not take back the claim under %s", unknown.answer_key)
-            connection.close()  # this thread's own; rare work, no connection kept
-            if waiting:
-                time.sleep(self.RETRY_SECONDS)
-                with self._cond:
-                    self._pending.extend(waiting)
+    def _handle(self, work: list[Any]) -> None:
+        waiting = []
+        for n, (since, unknown) in enumerate(work):
+            try:
+                void_claim(unknown)
+            except (StoreUnavailable, Unavailable, DatabaseError):
+                if time.monotonic() - since < self.GIVE_UP_SECONDS:
+                    waiting.append((since, unknown))
+                else:
+                    log.error("gave up taking back the claim under %s (campaign %s, %s): it stands",
+                              unknown.answer_key, unknown.campaign_id, unknown.user_id)
+                waiting.extend(work[n + 1:])  # the store is still away: the rest waits for the next round
+                break
+            except Exception:
+                log.exception("could not take back the claim under %s", unknown.answer_key)
+        connection.close()  # this thread's own; rare work, no connection kept
+        if waiting:
+            time.sleep(self.RETRY_SECONDS)
+            self._submit(waiting)
 
 
 def void_claim(unknown: ClaimOutcomeUnknown) -> str | None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import time
 
 import pytest
@@ -18,14 +17,8 @@ from campaigns.redis_state import campaign_keys, redis_client, reset_redis_clien
 from campaigns.services import campaign_preheat
 from orders.services import claim_create, claim_create_async
 
-from ..conftest import run_coroutine
+from ..conftest import free_port, run_coroutine
 from ..factories import CampaignFactory
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_concurrent_commands_share_writes_and_each_gets_its_own_reply() -> None:

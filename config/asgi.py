@@ -149,18 +149,36 @@ def environ_headers(scope: dict[str, Any]) -> dict[str, Any]:
     dropped (as nginx does): X_User_Id must not pass for X-User-Id.
     """
     meta: dict[str, Any] = {}
+    keys = _environ_keys
     for raw_name, raw_value in scope["headers"]:
-        name = raw_name.decode("latin-1")
-        if "_" in name:
+        key = keys.get(raw_name, "")  # "": not seen yet
+        if key == "":
+            key = _environ_key(raw_name)
+        if key is None:
             continue
-        key = name.upper().replace("-", "_")
-        if key not in ("CONTENT_TYPE", "CONTENT_LENGTH"):
-            key = "HTTP_" + key
         value = raw_value.decode("latin-1")
         meta[key] = f"{meta[key]},{value}" if key in meta else value
     client = scope.get("client")
     meta["REMOTE_ADDR"] = str(client[0]) if client else ""
     return meta
+
+
+_environ_keys: dict[bytes, str | None] = {}  # a header's raw name -> its environ key (None: dropped)
+
+
+def _environ_key(raw_name: bytes) -> str | None:
+    """The environ key of a header name (None for a name with an underscore), remembered: a request's dozen
+    header names are the same as the last request's."""
+    name = raw_name.decode("latin-1")
+    key: str | None = None
+    if "_" not in name:
+        key = name.upper().replace("-", "_")
+        if key not in ("CONTENT_TYPE", "CONTENT_LENGTH"):
+            key = "HTTP_" + key
+    if len(_environ_keys) >= 1024:  # names a client made up: remember a bounded number
+        _environ_keys.clear()
+    _environ_keys[raw_name] = key
+    return key
 
 
 def wsgi_environ(scope: dict[str, Any], body: bytes) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from redis import RedisError
 
 import coupons.metrics  # noqa: F401  (the counters register themselves)
 import orders.metrics  # noqa: F401
+from orders.metrics import CLAIM_TALLY
 from orders.models import Reconciliation
 
 
@@ -144,6 +145,7 @@ class CeleryQueueCollector(Collector):
 
 def metrics(request: HttpRequest) -> HttpResponse:
     """The process's own counters (or every web process's, in multiprocess mode) and the reconciliations."""
+    CLAIM_TALLY.flush()  # this process's claims up to now (the other processes' flush on their own)
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)

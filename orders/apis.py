@@ -1,9 +1,8 @@
 """Storefront API of claims: the claim itself (the hot path) and reading a claim back."""
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,14 +32,14 @@ from config.api import (
     parse_id,
 )
 from config.hot import hot
-from config.logs import log_fields
+from config.logs import log_fields_var
 from config.tracing import span
 from coupons.apis import CouponOutputSerializer, answer_response
 from coupons.idempotency import Answer, run_idempotent
 from coupons.selectors import coupon_for_claim
 
 from . import ledger
-from .metrics import CLAIM_SECONDS, CLAIMS
+from .metrics import CLAIM_TALLY
 from .models import Claim, ClaimStatus
 from .services import ClaimOutcome, claim_cancel, claim_create, claim_create_async
 
@@ -76,7 +75,7 @@ def claim_answer(meta: Mapping[str, Any], campaign_id_text: str, read_body: Call
         request = claim_request_of(meta, campaign_id_text, read_body)
     except ApplicationError as exc:
         return _refused(exc, None, started)
-    with _claiming(request, started) as claiming:
+    with _Claiming(request, started) as claiming:
         try:
             return claiming.answered(claim_create(**request.arguments))
         except ApplicationError as exc:
@@ -90,7 +89,7 @@ async def claim_answer_async(meta: Mapping[str, Any], campaign_id_text: str, bod
         request = claim_request_of(meta, campaign_id_text, lambda: body)
     except ApplicationError as exc:
         return _refused(exc, None, started)
-    with _claiming(request, started) as claiming:
+    with _Claiming(request, started) as claiming:
         try:
             return claiming.answered(await claim_create_async(**request.arguments))
         except ApplicationError as exc:
@@ -98,12 +97,28 @@ async def claim_answer_async(meta: Mapping[str, Any], campaign_id_text: str, bod
 
 
 class _Claiming:
-    """The decided part of a claim's answer, the same for both doors: counted, traced, logged."""
+    """The decided part of a claim's answer, the same for both doors: counted, traced, logged. A context
+    manager: every log line inside carries the claim's campaign and shopper; a span covers it when tracing
+    is on."""
 
-    __slots__ = ("request", "started", "traced")
+    __slots__ = ("request", "started", "traced", "span", "fields")
 
-    def __init__(self, request: ClaimRequest, started: float, traced: Any) -> None:
-        self.request, self.started, self.traced = request, started, traced
+    def __init__(self, request: ClaimRequest, started: float) -> None:
+        self.request, self.started = request, started
+
+    def __enter__(self) -> _Claiming:
+        request = self.request
+        self.fields = log_fields_var.set({**(log_fields_var.get() or {}), "campaign": request.campaign_id,
+                                          "shopper": request.user_id})
+        self.span = span("couponrush.claim", campaign_id=request.campaign_id)
+        self.traced = self.span.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            self.span.__exit__(*exc)
+        finally:
+            log_fields_var.reset(self.fields)
 
     def answered(self, outcome: ClaimOutcome) -> Answer3:
         self.traced.set(outcome=outcome.status, claim_id=outcome.claim_id)
@@ -112,14 +127,6 @@ class _Claiming:
     def refused(self, exc: ApplicationError) -> Answer3:
         self.traced.set(outcome=exc.status)
         return _refused(exc, self.request.campaign_id, self.started)
-
-
-@contextlib.contextmanager
-def _claiming(request: ClaimRequest, started: float) -> Iterator[_Claiming]:
-    """Every log line of the claim carries its campaign and shopper; a span covers it when tracing is on."""
-    with log_fields(campaign=request.campaign_id, shopper=request.user_id), \
-            span("couponrush.claim", campaign_id=request.campaign_id) as traced:
-        yield _Claiming(request, started, traced)
 
 
 def claim_request_of(meta: Mapping[str, Any], campaign_id_text: str, read_body: Callable[[], bytes]
@@ -133,18 +140,8 @@ def claim_request_of(meta: Mapping[str, Any], campaign_id_text: str, read_body: 
     return ClaimRequest(campaign, user_id, key, ip)
 
 
-# The counter of each (campaign, outcome), kept: CLAIMS.labels() takes a lock and two lookups per claim.
-_counters: dict[tuple[str, str], Any] = {}
-
-
 def _count(campaign: str, outcome: str, started: float) -> None:
-    counter = _counters.get((campaign, outcome))
-    if counter is None:
-        if len(_counters) > 10_000:
-            _counters.clear()
-        counter = _counters[(campaign, outcome)] = CLAIMS.labels(campaign, outcome)
-    counter.inc()
-    CLAIM_SECONDS.observe(time.perf_counter() - started)
+    CLAIM_TALLY.add(campaign, outcome, time.perf_counter() - started)
 
 
 def _refused(exc: ApplicationError, campaign: int | None, started: float) -> Answer3:

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 import uuid
@@ -15,7 +16,7 @@ from typing import Any
 import pytest
 from django.test import override_settings
 from django.utils import timezone
-from prometheus_client import REGISTRY
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 from prometheus_client.parser import text_string_to_metric_families
 
 from campaigns.redis_state import ClaimCode, redis_client, run_claim
@@ -24,6 +25,7 @@ from config.metrics import celery_queue_names
 from coupons.compensation import expire_and_lapse_due
 from coupons.models import CouponStatus
 from orders import services
+from orders.metrics import CLAIM_TALLY, ClaimTally
 from orders.services import drain_campaign
 
 from .conftest import ROOT, free_port, process_env, shopper_headers, unacknowledged
@@ -33,7 +35,9 @@ pytestmark = pytest.mark.django_db
 
 
 def value(name: str, **labels: str) -> float:
-    """The current value of a sample of this process's registry (0 when it was never touched)."""
+    """The current value of a sample of this process's registry (0 when it was never touched), with the claims
+    this process answered so far (the claim path adds up its counts and hands them over every 0.2 s)."""
+    CLAIM_TALLY.flush()
     return REGISTRY.get_sample_value(name, labels) or 0.0
 
 
@@ -162,6 +166,40 @@ def test_claims_refused_by_a_rate_limit_or_a_lost_redis_state_are_counted_as_rat
     assert answers == [200, 429, 429] and lost.status_code == 503
     assert value("couponrush_claims_total", campaign=label, outcome="rate_limited") == limited + 2
     assert value("couponrush_claims_total", campaign=label, outcome="unavailable") == unavailable + 1
+
+
+def test_the_claim_tally_hands_every_count_from_many_threads_to_prometheus_within_its_period() -> None:
+    registry = CollectorRegistry()
+    bounds = (0.001, 0.005, 0.01)
+    counter = Counter("t_claims", "", ["campaign", "outcome"], registry=registry)
+    tallied = Histogram("t_seconds", "", buckets=bounds, registry=registry)
+    observed = Histogram("t_reference", "", buckets=bounds, registry=registry)  # observe(), one by one
+    tally = ClaimTally(counter, tallied, every=0.05)
+    samples = [0.0, 0.0005, 0.001, 0.0010001, 0.005, 0.007, 0.01, 0.5]  # on and beside every bound
+    for seconds in samples * 1000:  # 1,000 of each, as the threads below add them
+        observed.observe(seconds)
+
+    def add(thread: int) -> None:
+        for i in range(1000):
+            for seconds in samples[thread::4]:
+                tally.add("7", "claimed" if i % 2 else "sold_out", seconds)
+
+    threads = [threading.Thread(target=add, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    time.sleep(0.3)  # no flush() here: the tally's thread hands the counts over
+
+    def sample(name: str, **labels: str) -> float:
+        return registry.get_sample_value(name, labels) or 0.0
+
+    assert sample("t_claims_total", campaign="7", outcome="claimed") == 4000
+    assert sample("t_claims_total", campaign="7", outcome="sold_out") == 4000
+    for le in ("0.001", "0.005", "0.01", "+Inf"):
+        assert sample("t_seconds_bucket", le=le) == sample("t_reference_bucket", le=le)
+    assert sample("t_seconds_bucket", le="0.001") == 3000 and sample("t_seconds_count") == 8000
+    assert sample("t_seconds_sum") == pytest.approx(sum(samples) * 1000)
 
 
 # --- scrape-time figures ---------------------------------------------------------------------------------------

@@ -19,7 +19,9 @@ class CouponStatus(models.TextChoices):
 
 class Coupon(models.Model):
     code = models.CharField(max_length=20, unique=True)
-    campaign = models.ForeignKey(Campaign, on_delete=models.PROTECT, related_name="coupons")
+    # No index of its own: coupon_campaign_status (campaign, status) serves every lookup by campaign. Every index
+    # of this table is written again when the sweep expires a coupon (a new row version: status is indexed).
+    campaign = models.ForeignKey(Campaign, on_delete=models.PROTECT, related_name="coupons", db_index=False)
     user_id = models.CharField(max_length=64)
     # The claim (orders app) this coupon was issued for: one coupon per claim.
     claim_id = models.CharField(max_length=48, unique=True)
@@ -84,7 +86,8 @@ class CouponEventType(models.TextChoices):
 class CouponEvent(models.Model):
     """One change of a coupon's state. Append-only: a database trigger refuses UPDATE and DELETE."""
 
-    coupon = models.ForeignKey(Coupon, on_delete=models.PROTECT, related_name="events")
+    # No index of its own: event_coupon_time (coupon, created_at) serves every lookup by coupon.
+    coupon = models.ForeignKey(Coupon, on_delete=models.PROTECT, related_name="events", db_index=False)
     campaign = models.ForeignKey(Campaign, on_delete=models.PROTECT, related_name="coupon_events")
     type = models.CharField(max_length=12, choices=CouponEventType.choices)
     data = models.JSONField(default=dict, blank=True)

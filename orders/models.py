@@ -17,7 +17,8 @@ class Claim(models.Model):
     # "<campaign id>-<ledger stream entry id>", e.g. "42-1764470000000-3": unique, and it says where
     # the claim waits in Redis while it is still pending.
     claim_id = models.CharField(max_length=48, unique=True)
-    campaign = models.ForeignKey(Campaign, on_delete=models.PROTECT, related_name="claims")
+    # No index of its own: claim_campaign_status and claim_campaign_user both begin with the campaign.
+    campaign = models.ForeignKey(Campaign, on_delete=models.PROTECT, related_name="claims", db_index=False)
     user_id = models.CharField(max_length=64)
     status = models.CharField(max_length=10, choices=ClaimStatus.choices, default=ClaimStatus.PENDING)
     # The SHA-256 (32 hex) of the shopper's Idempotency-Key, never the key: a Redis rebuilt from PostgreSQL

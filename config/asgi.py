@@ -206,15 +206,25 @@ def wsgi_environ(scope: dict[str, Any], body: bytes) -> dict[str, Any]:
 
 async def read_body(receive: Receive, meta: dict[str, Any], limit: int) -> bytes:
     """Read a body of at most `limit` bytes: b"" when Content-Length says it is larger (the caller refuses
-    it by its Content-Length, unread), the first limit + 1 bytes of a chunked body that is larger."""
+    it by its Content-Length, unread), the first limit + 1 bytes of a chunked body that is larger.
+
+    A body of a known length is read until that many bytes are in: granian hands a body over as a message
+    with more_body=True and then an empty last one, and waiting for that one costs a second trip through
+    the server per request (a fifth of a claim's CPU)."""
     length = meta.get("CONTENT_LENGTH")
-    if length is not None and (CONTENT_LENGTH_RE.fullmatch(length) is None or int(length) > limit):
-        return b""
+    expected = -1  # unknown: read until the last message
+    if length is not None:
+        if CONTENT_LENGTH_RE.fullmatch(length) is None or int(length) > limit:
+            return b""
+        if "HTTP_TRANSFER_ENCODING" not in meta:  # both: the server reads it as chunked, so do we
+            expected = int(length)
+            if expected == 0:
+                return b""
     received = b""
     while True:
         message = await receive()
         received += message.get("body", b"")
-        if len(received) > limit or not message.get("more_body", False):
+        if len(received) > limit or not message.get("more_body", False) or len(received) == expected:
             return received[: limit + 1]
 
 

@@ -13,6 +13,7 @@ from campaigns.redis_state import campaign_keys, redis_client
 from config.auth import mint_token
 from config.wsgi import django_application
 
+from .conftest import run_coroutine
 from .test_fastpath import CASES, call
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -135,3 +136,34 @@ def test_healthz_is_answered_on_the_event_loop_with_the_django_views_body(http_s
     view = client.get("/healthz")
     assert (status, json.loads(payload)) == (view.status_code, view.json()) == (200, {"code": 0, "status": "ok"})
     assert headers["X-Request-ID"] == "lb-0000000042" and headers["Content-Type"] == "application/json"
+
+
+def scripted_receive(*messages: dict[str, Any]) -> Any:
+    """An ASGI receive() that hands over these messages and fails the test if asked for one more."""
+    pending = list(messages)
+
+    async def receive() -> dict[str, Any]:
+        assert pending, "read past the message that completed the body"
+        return pending.pop(0)
+
+    return receive
+
+
+@pytest.mark.parametrize(("meta", "messages", "body"), [
+    # granian's way: the body with more_body=True, then an empty last message, which is never waited for
+    ({"CONTENT_LENGTH": "2"}, [{"body": b"{}", "more_body": True}], b"{}"),
+    ({"CONTENT_LENGTH": "4"}, [{"body": b"{}", "more_body": True}, {"body": b"{}", "more_body": True}], b"{}{}"),
+    ({"CONTENT_LENGTH": "0"}, [], b""),
+    # no length, or a chunked one: up to the last message
+    ({}, [{"body": b"{", "more_body": True}, {"body": b"}", "more_body": True}, {"body": b"", "more_body": False}],
+     b"{}"),
+    ({"CONTENT_LENGTH": "2", "HTTP_TRANSFER_ENCODING": "chunked"},
+     [{"body": b"{}", "more_body": True}, {"body": b"", "more_body": False}], b"{}"),
+    # larger than the limit (10 here): refused unread by its length, or cut at limit + 1 when chunked
+    ({"CONTENT_LENGTH": "11"}, [], b""),
+    ({}, [{"body": b"x" * 8, "more_body": True}, {"body": b"x" * 8, "more_body": True}], b"x" * 11),
+])
+def test_a_body_is_read_to_its_length_without_waiting_for_the_servers_last_message(meta, messages, body) -> None:
+    from config.asgi import read_body
+
+    assert run_coroutine(read_body(scripted_receive(*messages), meta, 10)) == body

@@ -56,13 +56,22 @@ def _forget(**kwargs: Any) -> None:
 
 setting_changed.connect(_forget, dispatch_uid="couponrush-hot-settings")
 
-_unique: tuple[int, str, itertools.count[int]] = (-1, "", itertools.count())
+_unique: tuple[str, itertools.count[int]] | None = None
+
+
+def _forget_unique() -> None:
+    global _unique
+    _unique = None
+
+
+os.register_at_fork(after_in_child=_forget_unique)  # a forked child (a granian worker) draws a prefix of its own
 
 
 def unique_hex() -> str:
     """Return 32 hex characters no other call in any process returns (random per process, then a counter)."""
     global _unique
-    pid, prefix, counter = _unique
-    if pid != os.getpid():  # first call, or a forked child: a prefix of its own
-        _unique = pid, prefix, counter = os.getpid(), os.urandom(8).hex(), itertools.count()
+    unique = _unique
+    if unique is None:  # the first call of this process
+        unique = _unique = os.urandom(8).hex(), itertools.count()
+    prefix, counter = unique
     return f"{prefix}{next(counter):016x}"

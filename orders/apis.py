@@ -3,8 +3,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
@@ -49,8 +48,7 @@ REPLAYED = {"Idempotent-Replayed": "true"}
 Answer3 = tuple[int, dict[str, Any], dict[str, str]]
 
 
-@dataclass(frozen=True, slots=True)
-class ClaimRequest:
+class ClaimRequest(NamedTuple):
     campaign_id: int
     user_id: str
     idempotency_key: str | None

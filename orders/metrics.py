@@ -62,10 +62,11 @@ class ClaimTally:
         self.buckets = [0] * len(self.bounds)
         self.seconds = 0.0
         self.children: dict[tuple[str, str], Any] = {}
-        self.flusher_pid = 0
+        self.flushing = False  # whether this process's flusher thread runs
+        os.register_at_fork(after_in_child=self._forked)
 
     def add(self, campaign: str, outcome: str, seconds: float) -> None:
-        if self.flusher_pid != os.getpid():  # the first claim of this process (or of a forked child)
+        if not self.flushing:  # the first claim of this process
             self._start_flusher()
         key = (campaign, outcome)
         with self.lock:
@@ -94,12 +95,19 @@ class ClaimTally:
                 self.histogram._buckets[i].inc(n)
         self.histogram._sum.inc(seconds)
 
+    def _forked(self) -> None:
+        """In a forked child: nothing counted yet (the parent's counts are the parent's), no thread, a new lock
+        (another thread of the parent may have held it at the fork)."""
+        self.lock = threading.Lock()
+        self.counts, self.buckets, self.seconds = {}, [0] * len(self.bounds), 0.0
+        self.children = {}
+        self.flushing = False
+
     def _start_flusher(self) -> None:
         with self.lock:
-            if self.flusher_pid == os.getpid():
+            if self.flushing:
                 return
-            self.flusher_pid = os.getpid()
-            self.counts, self.buckets, self.seconds = {}, [0] * len(self.bounds), 0.0  # a parent's, not ours
+            self.flushing = True
         threading.Thread(target=self._flush_forever, name="claim-metrics", daemon=True).start()
         atexit.register(self.flush)
 

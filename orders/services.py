@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 from django.conf import settings
 from django.db import DatabaseError, IntegrityError, close_old_connections, connection, transaction
@@ -48,8 +48,7 @@ CLAIM_STATUSES = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class ClaimOutcome:
+class ClaimOutcome(NamedTuple):  # a tuple: built on every claim, 4x cheaper than a frozen dataclass
     code: int
     status: str
     campaign_id: int

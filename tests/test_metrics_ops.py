@@ -202,6 +202,31 @@ def test_the_claim_tally_hands_every_count_from_many_threads_to_prometheus_withi
     assert sample("t_seconds_sum") == pytest.approx(sum(samples) * 1000)
 
 
+def test_a_forked_child_hands_over_only_its_own_claims_and_counts_with_a_thread_of_its_own() -> None:
+    registry = CollectorRegistry()
+    counter = Counter("f_claims", "", ["campaign", "outcome"], registry=registry)
+    tally = ClaimTally(counter, Histogram("f_seconds", "", registry=registry), every=0.05)
+    for _ in range(3):
+        tally.add("7", "claimed", 0.001)  # the parent's, not handed over yet
+    with tally.lock:  # held at the fork, as another thread of a granian worker may hold it
+        read, write = os.pipe()
+        child = os.fork()
+    if child == 0:  # pragma: no cover (the child reports through the pipe)
+        try:
+            tally.add("7", "claimed", 0.001)
+            time.sleep(0.3)  # no flush(): the child's own thread hands it over
+            os.write(write, str(registry.get_sample_value("f_claims_total", {"campaign": "7", "outcome": "claimed"}))
+                     .encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    reported = os.read(read, 100).decode()
+    os.waitpid(child, 0)
+    tally.flush()
+    assert reported == "1.0"
+    assert registry.get_sample_value("f_claims_total", {"campaign": "7", "outcome": "claimed"}) == 3
+
+
 # --- scrape-time figures ---------------------------------------------------------------------------------------
 
 

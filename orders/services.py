@@ -358,15 +358,23 @@ class DrainReport:
 
 # One statement per batch: insert the claims, then coupons for the claims that were new, then their
 # 'issued' events. ON CONFLICT DO NOTHING on the claim id makes a second delivery of an entry harmless.
-# The batch travels as one JSON parameter, [[claim id, user id, claimed at, valid from, expires at, code],
-# ...] with ISO 8601 times, that PostgreSQL unpacks: psycopg's per-element adaptation of six arrays cost
-# more than PostgreSQL's whole insert of the claim (bench/README.md, drain).
+# The batch travels as two JSON parameters that PostgreSQL unpacks: the distinct moments of the batch,
+# [[claimed at, valid from, expires at], ...] (ISO 8601; claims of one millisecond share them: at storm rates a
+# few dozen), and the claims in ledger order, [[claim id, user id, position of its moments from 1, key digest,
+# code], ...]; the moments are parsed once into arrays that each claim indexes. psycopg's per-element
+# adaptation of six arrays cost more than PostgreSQL's whole insert of the claim; three ISO times per claim
+# doubled the JSON's encoding in Python and parsed three timestamptz per claim in PostgreSQL.
 _PERSIST_SQL = f"""
-WITH batch AS (
-    SELECT r->>0 AS claim_id, r->>1 AS user_id, (r->>2)::timestamptz AS claimed_at,
-           (r->>3)::timestamptz AS valid_from, (r->>4)::timestamptz AS expires_at, r->>5 AS key_digest,
-           r->>6 AS code
-    FROM jsonb_array_elements(%s::jsonb) AS r
+WITH moments AS (
+    SELECT array_agg((m->>0)::timestamptz ORDER BY i) AS claimed_at,
+           array_agg((m->>1)::timestamptz ORDER BY i) AS valid_from,
+           array_agg((m->>2)::timestamptz ORDER BY i) AS expires_at
+    FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS t(m, i)
+), batch AS (
+    SELECT r->>0 AS claim_id, r->>1 AS user_id, m.claimed_at[(r->>2)::int] AS claimed_at,
+           m.valid_from[(r->>2)::int] AS valid_from, m.expires_at[(r->>2)::int] AS expires_at,
+           r->>3 AS key_digest, r->>4 AS code
+    FROM moments m, jsonb_array_elements(%s::jsonb) AS r
 ), new_claims AS (
     INSERT INTO {Claim._meta.db_table}
         (claim_id, campaign_id, user_id, status, key_digest, claimed_at, created_at, updated_at)
@@ -387,13 +395,15 @@ FROM new_coupons
 
 
 # coupons.codes.new_code() for a whole batch at once: the same CSPRNG, alphabet and format, without a
-# secrets.choice() call per symbol (measured on the busy bench machine: ~50 us per code that way, ~7 us
-# here). A byte < 240 is one of the 30 symbols with equal odds (240 = 8 x 30); the bytes >= 240 are dropped.
+# secrets.choice() call per symbol (~50 us per code that way on the busy bench machine). A byte < 240 is one of
+# the 30 symbols with equal odds (240 = 8 x 30); the bytes >= 240 are dropped. The codes are laid out in one
+# buffer by strided slice assignment (symbol k of every code at once), then cut: no Python loop per symbol.
 _ALPHABET = coupon_codes.ALPHABET
 _SYMBOL_OF_BYTE = bytes(ord(_ALPHABET[b % len(_ALPHABET)]) for b in range(256))
 _REJECTED_BYTES = bytes(range(256 - 256 % len(_ALPHABET), 256))
 _GROUP = coupon_codes.GROUP_LENGTH
 _CODE_SYMBOLS = coupon_codes.GROUPS * _GROUP
+_CODE_LENGTH = _CODE_SYMBOLS + coupon_codes.GROUPS - 1  # with the dashes between the groups
 
 
 def _new_codes(n: int) -> list[str]:
@@ -402,9 +412,12 @@ def _new_codes(n: int) -> list[str]:
     while len(symbols) < need:
         fresh = secrets.token_bytes(need - len(symbols) + need // 8 + 16)
         symbols += fresh.translate(_SYMBOL_OF_BYTE, _REJECTED_BYTES)
-    text = symbols[:need].decode()
-    return ["-".join(text[i + j : i + j + _GROUP] for j in range(0, _CODE_SYMBOLS, _GROUP))
-            for i in range(0, need, _CODE_SYMBOLS)]
+    size = n * _CODE_LENGTH
+    out = bytearray(b"-" * size)
+    for k in range(_CODE_SYMBOLS):  # symbol k of code i is symbols[i * _CODE_SYMBOLS + k]
+        out[k + k // _GROUP : size : _CODE_LENGTH] = symbols[k:need:_CODE_SYMBOLS]
+    text = out.decode()
+    return [text[i : i + _CODE_LENGTH] for i in range(0, size, _CODE_LENGTH)]
 
 
 def persist_entries(campaign: Campaign, entries: list[ledger.LedgerEntry]) -> int:
@@ -412,23 +425,29 @@ def persist_entries(campaign: Campaign, entries: list[ledger.LedgerEntry]) -> in
     if not entries:
         return 0
     # Claims of the same millisecond share their times: at storm rates a few dozen per computation.
-    times: dict[str, tuple[str, str, str]] = {}
-    rows = []
+    index_of_ms: dict[str, int] = {}
+    moments: list[tuple[str, str, str]] = []
+    rows: list[list[str | int]] = []
     for e in entries:
         ms = e.entry_id.partition("-")[0]
-        moments = times.get(ms)
-        if moments is None:
-            valid_from, expires_at = campaign.coupon_validity(e.claimed_at)
-            moments = times[ms] = (e.claimed_at.isoformat(), valid_from.isoformat(), expires_at.isoformat())
-        rows.append((e.claim_id, e.user_id, *moments, e.key_digest))
+        i = index_of_ms.get(ms)
+        if i is None:
+            claimed_at = e.claimed_at
+            valid_from, expires_at = campaign.coupon_validity(claimed_at)
+            i = index_of_ms[ms] = len(moments) + 1  # a PostgreSQL array's first position
+            moments.append((claimed_at.isoformat(), valid_from.isoformat(), expires_at.isoformat()))
+        rows.append([e.claim_id, e.user_id, i, e.key_digest, ""])
+    moments_json = json.dumps(moments, separators=(",", ":"))
     for attempt in range(3):
-        batch = json.dumps([(*row, code) for row, code in zip(rows, _new_codes(len(rows)), strict=True)],
-                           separators=(",", ":"))
+        for row, code in zip(rows, _new_codes(len(rows)), strict=True):
+            row[4] = code
+        batch = json.dumps(rows, separators=(",", ":"))
         try:
             with transaction.atomic(), connection.cursor() as cursor:
                 cursor.execute(
                     _PERSIST_SQL,
                     [
+                        moments_json,
                         batch,
                         campaign.pk,
                         ClaimStatus.ISSUED,
@@ -501,7 +520,7 @@ def drain_campaign(
 
 
 # Connections draining one campaign at once when a backlog waits (a full batch came back). A batch keeps one
-# PostgreSQL backend busy on one core (its claim, coupon and event rows, 20 index entries, 4 foreign-key
+# PostgreSQL backend busy on one core (its claim, coupon and event rows, 14 index entries, 4 foreign-key
 # checks); a second connection reads the next entries of the consumer group (XREADGROUP never hands one
 # entry to both) and persists them on the other core. Each batch is still read, persisted in one
 # transaction, then acknowledged, so a crash of either leaves its entries pending for the reclaim.

@@ -71,6 +71,7 @@ from common import (
     redact,
     redis_db_of,
     rel,
+    resolve,
     run_step,
     start_stores,
     verify,
@@ -524,13 +525,27 @@ class Suite:
             log("== sold-out storm: the storm campaign is not sold out: skipped")
             self.report["scenarios"]["soldout"] = {"skipped": "storm campaign not sold out"}
             return
-        log(f"== sold-out storm: campaign {self.storm_id} (sold out) vs {a.bare_path}, same server, back to back")
+        log(f"== sold-out storm: campaign {self.storm_id} (sold out) vs {a.bare_path}, same server, back to back; "
+            "then the same claims to bench/bare_post.py on granian with the same options")
         soldout = self.wrk_with_ticker("couponrush sold-out", self.storm_id, lambda: "answering sold_out")
         bare = self.wrk_with_ticker("bare again", None, lambda: "GET " + a.bare_path, url=self.base + a.bare_path)
+        port = free_port()
+        server = self.procs.start("bare-post", resolve([
+            "granian", "--interface", "asgi", "bare_post:app", "--working-dir", str(BENCH_DIR), "--host", "127.0.0.1",
+            "--port", str(port), "--workers", str(a.workers), *shlex.split(a.granian_args)]), self.env)
+        try:
+            wait_until("bare-post", lambda: http_ok(f"http://127.0.0.1:{port}/"), self.procs)
+            bare_post = self.wrk_with_ticker("bare POST", self.storm_id, lambda: "POST, body read, fixed answer",
+                                             url=f"http://127.0.0.1:{port}")
+        finally:
+            self.procs.stop(server)
         self.report["scenarios"]["soldout"] = {
-            "what": "claims on a sold-out campaign (local sold-out flag) vs the bare endpoint of the same server",
-            "couponrush": soldout, "bare": bare,
-            "ratios": {"soldout_over_bare": ratio(soldout["requests_per_s"], bare["requests_per_s"])},
+            "what": "claims on a sold-out campaign (local sold-out flag) vs the bare endpoint of the same server, "
+                    "and vs the same claim requests to a bare ASGI app that reads the body and answers fixed JSON "
+                    "(bench/bare_post.py, granian with the web server's options)",
+            "couponrush": soldout, "bare": bare, "bare_post": bare_post,
+            "ratios": {"soldout_over_bare": ratio(soldout["requests_per_s"], bare["requests_per_s"]),
+                       "soldout_over_bare_post": ratio(soldout["requests_per_s"], bare_post["requests_per_s"])},
             "goal": {"soldout_over_bare": 1.0, "met": (ratio(soldout["requests_per_s"], bare["requests_per_s"])
                                                        or 0) >= 1.0},
         }
@@ -980,6 +995,9 @@ def figures_table(rep: dict[str, Any]) -> list[dict[str, Any]]:
     if (x := s.get("soldout")) and "couponrush" in x:
         add("sold-out storm", "requests/s (wrk)", x["couponrush"]["requests_per_s"], "bare endpoint",
             x["bare"]["requests_per_s"], x["ratios"]["soldout_over_bare"], ">= bare", x["goal"]["met"])
+        if "bare_post" in x:
+            add("sold-out storm", "requests/s (wrk)", x["couponrush"]["requests_per_s"], "bare POST app",
+                x["bare_post"]["requests_per_s"], x["ratios"]["soldout_over_bare_post"], "", None)
     if (x := s.get("naive")) and "naive" in x:
         sell = s.get("selling", {}).get("couponrush", {})
         add("naive PostgreSQL claim", "claims/s (wrk)", sell.get("requests_per_s"), "naive",
@@ -1024,6 +1042,9 @@ def chart_svg(rep: dict[str, Any]) -> str:
                     x["bare"]["requests_per_s"]))
     if (x := s.get("soldout")) and "couponrush" in x:
         thr.append(("sold-out storm", x["couponrush"]["requests_per_s"], "bare endpoint", x["bare"]["requests_per_s"]))
+        if "bare_post" in x:
+            thr.append(("sold-out storm", x["couponrush"]["requests_per_s"], "bare POST app",
+                        x["bare_post"]["requests_per_s"]))
     if (x := s.get("storm")) and "couponrush" in x:
         thr.append(("storm 10k (wrk)", x["couponrush"]["requests_per_s"], "seed-go", x["seed_go"]["requests_per_s"]))
     if (x := s.get("naive")) and "naive" in x and s.get("selling"):

@@ -22,14 +22,15 @@ from . import metrics
 from .models import Coupon, CouponEvent, CouponEventType, CouponStatus, SweepCursor
 from .replay import disagreements, fold
 
-# Rows per statement. Measured (bench/expiry_sweep.py, 1,000,000 due coupons, local PostgreSQL 15): a batch
-# of 2,000 expiries with their 2,000 events takes p50 45 ms, p95 80 ms; ~27,000-31,000 coupons/s, 52x the
-# row-by-row loop, worker RSS flat at 72 MiB. Throughput stops growing near 1,000 rows; bigger batches only
-# hold row locks longer (5,000: p95 274 ms).
+# Rows per statement. Measured (bench/expiry_sweep.py, local PostgreSQL 15): a batch of 2,000 expiries with
+# their 2,000 events takes p50 45 ms, p95 80 ms on a quiet machine; worker RSS flat. PostgreSQL's CPU per coupon
+# is the same from 1,000 to 10,000 rows per batch (200,000 coupons: 63-67 us); bigger batches only hold row
+# locks longer (5,000: p95 274 ms).
 BATCH_SIZE = 2000
-# Connections expiring at once. A batch statement keeps one PostgreSQL backend busy on one core (~60-80 us of
-# CPU per coupon on the bench machine, most of it the row's new version in 8 indexes and the event's 4); a
-# second connection works on the next due rows on the other core: 1.4x coupons/s on the 2-core bench
+# Connections expiring at once. A batch statement keeps one PostgreSQL backend busy on one core (~55-65 us of
+# CPU per coupon on the bench machine: about a third the two foreign-key checks of its event, run one by one
+# at commit; a third the row's new version in 5 indexes and the event's 3; the rest heap, WAL and row locks);
+# a second connection works on the next due rows on the other core: 1.4x coupons/s on the 2-core bench
 # machine (bench/README.md). Each batch stays one statement and one transaction; events stay exactly once.
 SWEEP_CONNECTIONS = 2
 DRIFT_SCAN_PER_RUN = 20_000

@@ -58,16 +58,19 @@ if not meta[1] or not meta[2] or not meta[4] or not stock then
   return {-1, '', 0}
 end
 
--- Rate limits: one counter per second each (they expire after two); a replay above is never limited.
+-- Rate limits: one counter per second each (they expire after two), kept only where there is a limit; a
+-- replay above is never limited.
 local function over(key, limit)
+  if limit <= 0 then
+    return false
+  end
   local n = redis.call('INCR', key)
   if n == 1 then
     redis.call('PEXPIRE', key, 2000)
   end
-  return limit > 0 and n > limit
+  return n > limit
 end
-if over(KEYS[7], tonumber(meta[5] or '0')) or over(KEYS[8], tonumber(ARGV[5]))
-   or (tonumber(ARGV[6]) > 0 and over(KEYS[9], tonumber(ARGV[6]))) then
+if over(KEYS[7], tonumber(meta[5] or '0')) or over(KEYS[8], tonumber(ARGV[5])) or over(KEYS[9], tonumber(ARGV[6])) then
   return {-2, '', 0}
 end
 

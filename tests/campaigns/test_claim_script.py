@@ -204,3 +204,22 @@ def test_after_a_sell_out_claims_without_a_key_are_answered_from_memory_for_half
 
     assert (from_memory.status, with_a_key.status, later.status) == ("sold_out", "claimed", "claimed")
     assert redis_client().hget(campaign_keys(campaign.pk).users, "cid") is None  # Redis never saw cid
+
+
+@pytest.mark.parametrize(("shopper_per_second", "counters"), [
+    (5, {"c", "u:alice"}),
+    (0, {"c"}),  # shoppers not limited: no counter of the shopper's
+])
+def test_a_rate_counter_is_kept_only_where_there_is_a_limit_and_lives_two_seconds(
+    live_campaign, settings, shopper_per_second, counters
+) -> None:
+    settings.COUPONS_RATE_LIMIT_SHOPPER_PER_SECOND = shopper_per_second
+    campaign = live_campaign(total_stock=5)  # every campaign has a rate (10x its stock, at least 1,000/s)
+
+    assert claim(campaign, "alice").code == ClaimCode.CLAIMED
+
+    pattern = campaign_keys(campaign.pk).rate(0, "*").replace(":rl:0:", ":rl:*:")
+    found = {key.decode().split(":rl:")[1].split(":", 1)[1]: redis_client().pttl(key)
+             for key in redis_client().scan_iter(match=pattern)}
+    assert set(found) == counters
+    assert all(0 < ttl <= 2000 for ttl in found.values())

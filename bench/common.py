@@ -657,6 +657,17 @@ def build_seed_go(env: dict[str, str]) -> Path:
 
 
 
+def cpu_figures(n: int, backend: float | None, python: float) -> dict[str, Any]:
+    """CPU per claim of a drain: Python (this process) and PostgreSQL backends (None: not measured)."""
+    if not n:
+        return {}
+    out: dict[str, Any] = {"python_cpu_us_per_claim": round(python / n * 1e6, 1)}
+    if backend is not None:
+        out["backend_cpu_us_per_claim"] = round(backend / n * 1e6, 1)
+        out["claims_per_cpu_s"] = round(n / (backend + python), 1)
+    return out
+
+
 def git_revision() -> str | None:
     """The checked-out commit (read only), and whether the tree had local changes."""
     try:

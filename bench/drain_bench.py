@@ -44,6 +44,7 @@ from common import (  # noqa: E402
     Interrupted,
     Stores,
     child_env,
+    cpu_figures,
     create_campaign,
     flush_redis,
     git_revision,
@@ -97,16 +98,6 @@ def fill_ledger(campaign_id: int, claims: int, pipeline: int) -> dict[str, Any]:
     if claimed != claims:
         raise BenchError(f"only {claimed:,} of {claims:,} claims were claimed (answers {codes})")
     return {"claims": claims, "seconds": round(seconds, 2), "answers": {str(k): v for k, v in codes.items()}}
-
-
-def cpu_figures(n: int, backend: float | None, python: float) -> dict[str, Any]:
-    if not n:
-        return {}
-    out: dict[str, Any] = {"python_cpu_us_per_claim": round(python / n * 1e6, 1)}
-    if backend is not None:
-        out["backend_cpu_us_per_claim"] = round(backend / n * 1e6, 1)
-        out["claims_per_cpu_s"] = round(n / (backend + python), 1)
-    return out
 
 
 def drain(database_url: str, campaign_id: int, args: argparse.Namespace) -> dict[str, Any]:

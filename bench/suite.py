@@ -59,6 +59,7 @@ from common import (
     build_seed_go,
     child_env,
     collectstatic_if_missing,
+    cpu_figures,
     create_campaign,
     ensure_wrk,
     flush_redis,
@@ -449,14 +450,6 @@ class Suite:
                     break
         seconds, bulk_py = time.monotonic() - t0, time.process_time() - p0
 
-        def cpu_figures(n: int, backend: float | None, python: float) -> dict[str, Any]:
-            if not n:
-                return {}
-            out: dict[str, Any] = {"python_cpu_us_per_claim": round(python / n * 1e6, 1)}
-            if backend is not None:
-                out["backend_cpu_us_per_claim"] = round(backend / n * 1e6, 1)
-                out["claims_per_cpu_s"] = round(n / (backend + python), 1)
-            return out
         self.report["scenarios"]["drain"] = {
             "what": "drain_campaign in process on the ledger filled over HTTP; baseline: the same with batch 1",
             "backlog": backlog,

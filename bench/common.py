@@ -657,7 +657,7 @@ def build_seed_go(env: dict[str, str]) -> Path:
 
 
 
-def cpu_figures(n: int, backend: float | None, python: float) -> dict[str, Any]:
+def _cpu_figures(n: int, backend: float | None, python: float) -> dict[str, Any]:
     """CPU per claim of a drain: Python (this process) and PostgreSQL backends (None: not measured)."""
     if not n:
         return {}
@@ -666,6 +666,49 @@ def cpu_figures(n: int, backend: float | None, python: float) -> dict[str, Any]:
         out["backend_cpu_us_per_claim"] = round(backend / n * 1e6, 1)
         out["claims_per_cpu_s"] = round(n / (backend + python), 1)
     return out
+
+
+def measure_drain(database_url: str, campaign_id: int, *, baseline_seconds: float, max_seconds: float
+                  ) -> dict[str, Any]:
+    """The drain benchmark (the suite's drain phase and bench/drain_bench.py): orders.services.drain_campaign
+    with batch size 1 for `baseline_seconds` (the row-by-row yardstick), then as the worker runs it until it
+    catches up (at most `max_seconds`), in this process; claims/s and CPU per claim of each."""
+    from django.conf import settings
+
+    from orders import services
+
+    t0, p0 = time.monotonic(), time.process_time()
+    with BackendCPU(database_url) as base_cpu:
+        base = services.drain_campaign(campaign_id=campaign_id, batch_size=1, max_seconds=baseline_seconds)
+    base_s, base_py = time.monotonic() - t0, time.process_time() - p0
+    log(f"drain, batch size 1: {base.read:,} claims in {base_s:.2f}s = {base.read / base_s:,.0f}/s")
+    total = persisted = batches = 0
+    caught_up = False
+    t0, p0 = time.monotonic(), time.process_time()
+    with BackendCPU(database_url) as bulk_cpu:
+        while time.monotonic() - t0 < max_seconds:
+            rep = services.drain_campaign(campaign_id=campaign_id, max_seconds=2.0)
+            total, persisted, batches = total + rep.read, persisted + rep.persisted, batches + rep.batches
+            elapsed = time.monotonic() - t0
+            log(f"  drain +{elapsed:4.1f}s: {total:,} claims persisted ({total / elapsed:,.0f}/s)")
+            if rep.caught_up:
+                caught_up = True
+                break
+    seconds, bulk_py = time.monotonic() - t0, time.process_time() - p0
+    bulk = {"claims": total, "persisted": persisted, "batches": batches, "seconds": round(seconds, 3),
+            "claims_per_s": round(total / seconds, 1), "batch_size": settings.COUPONS_DRAIN_BATCH,
+            "connections": services.DRAIN_CONNECTIONS, "caught_up": caught_up,
+            **_cpu_figures(total, bulk_cpu.seconds, bulk_py)}
+    row = {"claims": base.read, "seconds": round(base_s, 3), "claims_per_s": round(base.read / base_s, 1),
+           "batch_size": 1, **_cpu_figures(base.read, base_cpu.seconds, base_py)}
+    log(f"drain: {total:,} claims in {seconds:.2f}s = {total / seconds:,.0f}/s "
+        f"({total / seconds / max(base.read / base_s, 1e-9):.1f}x batch size 1)")
+    if bulk.get("claims_per_cpu_s"):
+        log(f"drain: PostgreSQL {bulk['backend_cpu_us_per_claim']} us + Python {bulk['python_cpu_us_per_claim']} us "
+            f"of CPU per claim = {bulk['claims_per_cpu_s']:,.0f} claims per CPU second (load-independent)")
+    return {"bulk": bulk, "row_by_row": row,
+            "ratios": {"bulk_over_row_by_row": round(bulk["claims_per_s"] / max(row["claims_per_s"], 1e-9), 3)},
+            "goal": {"claims_per_s": 10_000, "met": bulk["claims_per_s"] >= 10_000}}
 
 
 def git_revision() -> str | None:

@@ -39,18 +39,17 @@ if str(BASE_DIR) not in sys.path:
 import common  # noqa: E402 - bench/ is on sys.path when this runs as a script
 from common import (  # noqa: E402
     RESULTS_DIR,
-    BackendCPU,
     BenchError,
     Interrupted,
     Stores,
     child_env,
-    cpu_figures,
     create_campaign,
     flush_redis,
     git_revision,
     install_signal_handlers,
     log,
     manage,
+    measure_drain,
     redact,
     rel,
     run_step,
@@ -101,45 +100,13 @@ def fill_ledger(campaign_id: int, claims: int, pipeline: int) -> dict[str, Any]:
 
 
 def drain(database_url: str, campaign_id: int, args: argparse.Namespace) -> dict[str, Any]:
-    """The suite's drain phase: batch size 1 for a few seconds, then the real drain until it catches up."""
+    """The suite's drain phase (common.measure_drain), with --batch-size when given."""
     from django.conf import settings
-
-    from orders import services
 
     if args.batch_size:
         settings.COUPONS_DRAIN_BATCH = args.batch_size
-    t0, p0 = time.monotonic(), time.process_time()
-    with BackendCPU(database_url) as base_cpu:
-        base = services.drain_campaign(campaign_id=campaign_id, batch_size=1, max_seconds=args.baseline_seconds)
-    base_s, base_py = time.monotonic() - t0, time.process_time() - p0
-    log(f"drain, batch size 1: {base.read:,} claims in {base_s:.2f}s = {base.read / base_s:,.0f}/s")
-    total = persisted = batches = 0
-    caught_up = False
-    t0, p0 = time.monotonic(), time.process_time()
-    with BackendCPU(database_url) as bulk_cpu:
-        while time.monotonic() - t0 < args.max_seconds:
-            rep = services.drain_campaign(campaign_id=campaign_id, max_seconds=2.0)
-            total, persisted, batches = total + rep.read, persisted + rep.persisted, batches + rep.batches
-            elapsed = time.monotonic() - t0
-            log(f"  drain +{elapsed:4.1f}s: {total:,} claims persisted ({total / elapsed:,.0f}/s)")
-            if rep.caught_up:
-                caught_up = True
-                break
-    seconds, bulk_py = time.monotonic() - t0, time.process_time() - p0
-    bulk = {"claims": total, "persisted": persisted, "batches": batches, "seconds": round(seconds, 3),
-            "claims_per_s": round(total / seconds, 1), "batch_size": settings.COUPONS_DRAIN_BATCH,
-            "connections": services.DRAIN_CONNECTIONS, "caught_up": caught_up,
-            **cpu_figures(total, bulk_cpu.seconds, bulk_py)}
-    row = {"claims": base.read, "seconds": round(base_s, 3), "claims_per_s": round(base.read / base_s, 1),
-           "batch_size": 1, **cpu_figures(base.read, base_cpu.seconds, base_py)}
-    log(f"drain: {total:,} claims in {seconds:.2f}s = {total / seconds:,.0f}/s "
-        f"({total / seconds / max(base.read / base_s, 1e-9):.1f}x batch size 1)")
-    if bulk.get("claims_per_cpu_s"):
-        log(f"drain: PostgreSQL {bulk['backend_cpu_us_per_claim']} us + Python {bulk['python_cpu_us_per_claim']} us "
-            f"of CPU per claim = {bulk['claims_per_cpu_s']:,.0f} claims per CPU second (load-independent)")
-    return {"bulk": bulk, "row_by_row": row,
-            "ratios": {"bulk_over_row_by_row": round(bulk["claims_per_s"] / max(row["claims_per_s"], 1e-9), 2)},
-            "goal": {"claims_per_s": 10_000, "met": bulk["claims_per_s"] >= 10_000}}
+    return measure_drain(database_url, campaign_id, baseline_seconds=args.baseline_seconds,
+                         max_seconds=args.max_seconds)
 
 
 def check(campaign_id: int, claims: int) -> dict[str, Any]:

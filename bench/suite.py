@@ -59,7 +59,6 @@ from common import (
     build_seed_go,
     child_env,
     collectstatic_if_missing,
-    cpu_figures,
     create_campaign,
     ensure_wrk,
     flush_redis,
@@ -69,6 +68,7 @@ from common import (
     install_signal_handlers,
     log,
     manage,
+    measure_drain,
     redact,
     redis_db_of,
     rel,
@@ -417,9 +417,7 @@ class Suite:
     def phase_drain(self) -> None:
         """orders.services.drain_campaign on the selling campaign's ledger (filled by the real claim path over
         HTTP) vs the same function with batch size 1, in this process, worker paused."""
-        from django.conf import settings
-
-        from orders import ledger, services
+        from orders import ledger
 
         a = self.args
         self.pause_worker(True)
@@ -428,43 +426,12 @@ class Suite:
         if backlog < 1000:
             self.report["scenarios"]["drain"] = {"skipped": f"ledger backlog only {backlog}"}
             return
-        t0, p0 = time.monotonic(), time.process_time()
-        with common.BackendCPU(self.stores.database_url) as base_cpu:
-            base = services.drain_campaign(campaign_id=self.sell_id, batch_size=1,
-                                           max_seconds=a.drain_baseline_seconds)
-        base_s, base_py = time.monotonic() - t0, time.process_time() - p0
-        log(f"drain, batch size 1: {base.read:,} claims in {base_s:.2f}s = {base.read / base_s:,.0f}/s")
-        total, persisted, batches = 0, 0, 0
-        t0, p0 = time.monotonic(), time.process_time()
-        caught_up = False
-        with common.BackendCPU(self.stores.database_url) as bulk_cpu:
-            while time.monotonic() - t0 < a.drain_max_seconds:
-                rep = services.drain_campaign(campaign_id=self.sell_id, max_seconds=2.0)
-                total += rep.read
-                persisted += rep.persisted
-                batches += rep.batches
-                elapsed = time.monotonic() - t0
-                log(f"  drain +{elapsed:4.1f}s: {total:,} claims persisted ({total / elapsed:,.0f}/s)")
-                if rep.caught_up:
-                    caught_up = True
-                    break
-        seconds, bulk_py = time.monotonic() - t0, time.process_time() - p0
-
         self.report["scenarios"]["drain"] = {
             "what": "drain_campaign in process on the ledger filled over HTTP; baseline: the same with batch 1",
             "backlog": backlog,
-            "bulk": {"claims": total, "persisted": persisted, "batches": batches, "seconds": r3(seconds),
-                     "claims_per_s": r3(total / seconds), "batch_size": settings.COUPONS_DRAIN_BATCH,
-                     "caught_up": caught_up, **cpu_figures(total, bulk_cpu.seconds, bulk_py)},
-            "row_by_row": {"claims": base.read, "seconds": r3(base_s), "claims_per_s": r3(base.read / base_s),
-                           "batch_size": 1, **cpu_figures(base.read, base_cpu.seconds, base_py)},
-            "ratios": {"bulk_over_row_by_row": ratio(total / seconds, base.read / base_s)},
-            "goal": {"claims_per_s": 10_000, "met": total / seconds >= 10_000},
+            **measure_drain(self.stores.database_url, self.sell_id, baseline_seconds=a.drain_baseline_seconds,
+                            max_seconds=a.drain_max_seconds),
         }
-        bulk = self.report["scenarios"]["drain"]["bulk"]
-        if bulk.get("claims_per_cpu_s"):
-            log(f"drain: PostgreSQL {bulk['backend_cpu_us_per_claim']} us + Python {bulk['python_cpu_us_per_claim']} "
-                f"us of CPU per claim = {bulk['claims_per_cpu_s']:,.0f} claims per CPU second (load-independent)")
 
     def phase_storm(self) -> None:
         """The flash sale with everything running: sell-out time, and last claim -> last coupon in PostgreSQL."""
@@ -524,7 +491,7 @@ class Suite:
         bare = self.wrk_with_ticker("bare again", None, lambda: "GET " + a.bare_path, url=self.base + a.bare_path)
         port = free_port()
         server = self.procs.start("bare-post", resolve([
-            "granian", "--interface", "asgi", "bare_post:app", "--working-dir", str(BENCH_DIR), "--host", "127.0.0.1",
+            "granian", "--interface", "asginl", "bare_post:app", "--working-dir", str(BENCH_DIR), "--host", "127.0.0.1",
             "--port", str(port), "--workers", str(a.workers), *shlex.split(a.granian_args)]), self.env)
         try:
             wait_until("bare-post", lambda: http_ok(f"http://127.0.0.1:{port}/"), self.procs)

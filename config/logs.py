@@ -6,12 +6,11 @@ formatter writes the message, the logger, the level and the `extra` fields given
 """
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import json
 import logging
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -39,14 +38,20 @@ def add_log_fields(**fields: Any) -> None:
     log_fields_var.set({**current, **fields} if current else fields)
 
 
-@contextlib.contextmanager
-def log_fields(**fields: Any) -> Iterator[None]:
-    """add_log_fields() for a block, forgotten after it."""
-    token = log_fields_var.set({**(log_fields_var.get() or {}), **fields})
-    try:
-        yield
-    finally:
-        log_fields_var.reset(token)
+class log_fields:  # noqa: N801  (used as a function: `with log_fields(campaign=42):`)
+    """add_log_fields() for a block, forgotten after it. A class, not a generator: the claim enters one per
+    request."""
+
+    __slots__ = ("fields", "token")
+
+    def __init__(self, **fields: Any) -> None:
+        self.fields = fields
+
+    def __enter__(self) -> None:
+        self.token = log_fields_var.set({**(log_fields_var.get() or {}), **self.fields})
+
+    def __exit__(self, *exc: object) -> None:
+        log_fields_var.reset(self.token)
 
 
 def _record_factory(factory: Callable[..., logging.LogRecord]) -> Callable[..., logging.LogRecord]:

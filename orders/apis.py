@@ -31,7 +31,7 @@ from config.api import (
     parse_id,
 )
 from config.hot import hot
-from config.logs import log_fields_var
+from config.logs import log_fields
 from config.tracing import span
 from coupons.apis import CouponOutputSerializer, answer_response
 from coupons.idempotency import Answer, run_idempotent
@@ -103,12 +103,11 @@ class _Claiming:
 
     def __init__(self, request: ClaimRequest, started: float) -> None:
         self.request, self.started = request, started
+        self.fields = log_fields(campaign=request.campaign_id, shopper=request.user_id)
+        self.span = span("couponrush.claim", campaign_id=request.campaign_id)
 
     def __enter__(self) -> _Claiming:
-        request = self.request
-        self.fields = log_fields_var.set({**(log_fields_var.get() or {}), "campaign": request.campaign_id,
-                                          "shopper": request.user_id})
-        self.span = span("couponrush.claim", campaign_id=request.campaign_id)
+        self.fields.__enter__()
         self.traced = self.span.__enter__()
         return self
 
@@ -116,7 +115,7 @@ class _Claiming:
         try:
             self.span.__exit__(*exc)
         finally:
-            log_fields_var.reset(self.fields)
+            self.fields.__exit__(*exc)
 
     def answered(self, outcome: ClaimOutcome) -> Answer3:
         self.traced.set(outcome=outcome.status, claim_id=outcome.claim_id)

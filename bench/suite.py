@@ -502,7 +502,7 @@ class Suite:
         self.report["scenarios"]["soldout"] = {
             "what": "claims on a sold-out campaign (local sold-out flag) vs the bare endpoint of the same server, "
                     "and vs the same claim requests to a bare ASGI app that reads the body and answers fixed JSON "
-                    "(bench/bare_post.py, granian with the web server's options)",
+                    "(bench/bare_post.py, granian with the web server's workers and options, asginl)",
             "couponrush": soldout, "bare": bare, "bare_post": bare_post,
             "ratios": {"soldout_over_bare": ratio(soldout["requests_per_s"], bare["requests_per_s"]),
                        "soldout_over_bare_post": ratio(soldout["requests_per_s"], bare_post["requests_per_s"])},

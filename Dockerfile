@@ -1,4 +1,4 @@
-# The production image: web (granian ASGI), worker, beat and Flower all run from it (see docker-compose.yml).
+# The production image: web (config/server.py), worker, beat and Flower all run from it (see docker-compose.yml).
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -25,5 +25,5 @@ EXPOSE 8000 9808
 # A fresh folder for the Prometheus counters (PROMETHEUS_MULTIPROC_DIR), then the command.
 ENTRYPOINT ["/app/deploy/entrypoint.sh"]
 # Same command as config/devstack.py web_command(), listening on all interfaces (tests/test_compose.py).
-CMD ["granian", "--interface", "asgi", "config.asgi:application", "--host", "0.0.0.0", "--port", "8000", \
+CMD ["python", "-m", "config.server", "--host", "0.0.0.0", "--port", "8000", \
      "--workers", "2", "--static-path-route", "/static", "--static-path-mount", "/app/var/static"]

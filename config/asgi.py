@@ -23,7 +23,7 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import unquote_to_bytes
@@ -45,6 +45,8 @@ log = logging.getLogger(__name__)
 CLAIM_PATH = re.compile(r"/api/v1/campaigns/([^/]+)/claim")
 _JSON_HEADERS = [(b"content-type", b"application/json"), (b"x-content-type-options", b"nosniff")]
 _ALIVE = orjson.dumps(body_of(0, "ok"))
+_TOO_LARGE = orjson.dumps(body_of(413, "payload_too_large", "The request body is too large."))
+Response = tuple[int, list[tuple[bytes, bytes]], bytes]  # status, headers, the whole body
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
@@ -75,40 +77,27 @@ class Application:
 
     async def claim(self, scope: dict[str, Any], receive: Receive, send: Send, campaign_id_text: str) -> None:
         meta = environ_headers(scope)
-        request_id = request_id_from(meta)
-        token = request_id_var.set(request_id)
-        try:
-            body = await read_body(receive, meta, MAX_BODY_BYTES)
-            status, answer, headers = await claim_answer_async(meta, campaign_id_text, body)
-        except Exception:  # never a bare 500 page: the contract's JSON, and the traceback in the log
-            log.exception("claim failed")
-            status, answer, headers = 500, body_of(500, "server_error", "Internal error."), {}
-        finally:
-            request_id_var.reset(token)
-        extra = [(name.lower().encode(), value.encode()) for name, value in headers.items()]
-        await respond(send, status, [*_JSON_HEADERS, (b"x-request-id", request_id.encode()), *extra],
-                      orjson.dumps(answer))
+        body = await read_body(receive, meta, MAX_BODY_BYTES)
+        await respond(send, *await claim_response(meta, campaign_id_text, body))
 
     async def alive(self, scope: dict[str, Any], send: Send) -> None:
-        """GET /healthz: the process is alive when its event loop answers (the same body as the Django view;
-        readiness, which needs the stores, is /readyz)."""
-        request_id = request_id_from(environ_headers(scope))
-        await respond(send, 200, [*_JSON_HEADERS, (b"x-request-id", request_id.encode())], _ALIVE)
+        await respond(send, *alive_response(environ_headers(scope)))
 
     async def django(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
         environ = environ_headers(scope)
         body = await read_body(receive, environ, self.body_limit)
         if len(body) > self.body_limit:  # a chunked body over the limit
-            await respond(send, 413, _JSON_HEADERS,
-                          orjson.dumps(body_of(413, "payload_too_large", "The request body is too large.")))
+            await respond(send, *too_large_response())
             return
         environ.update(wsgi_environ(scope, body))
         environ.setdefault("CONTENT_LENGTH", str(len(body)))  # a chunked body, now read whole
-        loop = asyncio.get_running_loop()
-        status, headers, payload = await loop.run_in_executor(self.executor, self.call_wsgi, environ)
-        await respond(send, status, headers, payload)
+        await respond(send, *await self.wsgi_response(environ))
 
-    def call_wsgi(self, environ: dict[str, Any]) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    def wsgi_response(self, environ: dict[str, Any]) -> Awaitable[Response]:
+        """Django's answer to a WSGI environ, from a thread of the pool."""
+        return asyncio.get_running_loop().run_in_executor(self.executor, self.call_wsgi, environ)
+
+    def call_wsgi(self, environ: dict[str, Any]) -> Response:
         started: list[Any] = []
         chunks: list[bytes] = []
 
@@ -123,8 +112,34 @@ class Application:
             close = getattr(result, "close", None)
             if close is not None:
                 close()
-        headers = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in started[1]]
+        headers = [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in started[1]]
         return int(started[0].split(" ", 1)[0]), headers, b"".join(chunks)
+
+
+async def claim_response(meta: dict[str, Any], campaign_id_text: str, body: bytes) -> Response:
+    """The claim's whole answer to a request with these headers (a WSGI environ's) and body: what every web
+    server of the project sends (this ASGI application, config/server.py)."""
+    request_id = request_id_from(meta)
+    token = request_id_var.set(request_id)
+    try:
+        status, answer, headers = await claim_answer_async(meta, campaign_id_text, body)
+    except Exception:  # never a bare 500 page: the contract's JSON, and the traceback in the log
+        log.exception("claim failed")
+        status, answer, headers = 500, body_of(500, "server_error", "Internal error."), {}
+    finally:
+        request_id_var.reset(token)
+    extra = [(name.lower().encode(), value.encode()) for name, value in headers.items()]
+    return status, [*_JSON_HEADERS, (b"x-request-id", request_id.encode()), *extra], orjson.dumps(answer)
+
+
+def alive_response(meta: dict[str, Any]) -> Response:
+    """GET /healthz: the process is alive when its event loop answers (the same body as the Django view;
+    readiness, which needs the stores, is /readyz)."""
+    return 200, [*_JSON_HEADERS, (b"x-request-id", request_id_from(meta).encode())], _ALIVE
+
+
+def too_large_response() -> Response:
+    return 413, list(_JSON_HEADERS), _TOO_LARGE
 
 
 async def respond(send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
@@ -143,14 +158,20 @@ async def lifespan(receive: Receive, send: Send) -> None:
 
 
 def environ_headers(scope: dict[str, Any]) -> dict[str, Any]:
-    """The request's headers as a WSGI environ holds them (HTTP_X_USER_ID, CONTENT_TYPE, ...), and its peer.
+    """The request's headers as a WSGI environ holds them (HTTP_X_USER_ID, CONTENT_TYPE, ...), and its peer."""
+    client = scope.get("client")
+    return headers_environ(scope["headers"], str(client[0]) if client else "")
+
+
+def headers_environ(headers: Iterable[tuple[bytes, bytes]], client: str) -> dict[str, Any]:
+    """Raw header pairs as a WSGI environ holds them, and the peer's address as REMOTE_ADDR.
 
     Values are the raw bytes as latin-1 characters, as in WSGI. A header whose name has an underscore is
     dropped (as nginx does): X_User_Id must not pass for X-User-Id.
     """
     meta: dict[str, Any] = {}
     keys = _environ_keys
-    for raw_name, raw_value in scope["headers"]:
+    for raw_name, raw_value in headers:
         key = keys.get(raw_name, "")  # "": not seen yet
         if key == "":
             key = _environ_key(raw_name)
@@ -158,8 +179,7 @@ def environ_headers(scope: dict[str, Any]) -> dict[str, Any]:
             continue
         value = raw_value.decode("latin-1")
         meta[key] = f"{meta[key]},{value}" if key in meta else value
-    client = scope.get("client")
-    meta["REMOTE_ADDR"] = str(client[0]) if client else ""
+    meta["REMOTE_ADDR"] = client
     return meta
 
 

@@ -9,7 +9,7 @@ COUPONRUSH_DATA_DIR, which must be a folder inside the project: embedded-postgre
 every parent of its data folder world-readable). A second run reuses the data.
 
 `run` migrates, collects static files, creates the demo campaign (`manage.py demo`), then supervises
-web (granian WSGI), a Celery worker and Celery beat, prefixing their output. The URLs of the servers it
+web (config/server.py), a Celery worker and Celery beat, prefixing their output. The URLs of the servers it
 started go to <data>/devstack.env, which config/settings/dev.py reads, so `python manage.py ...` in a
 second terminal finds them; the file is removed on a clean stop. Ctrl-C / SIGTERM stops the children
 (SIGTERM, then SIGKILL after 10 s), then Valkey and PostgreSQL, and exits 0.
@@ -48,7 +48,7 @@ from typing import IO, Any
 from urllib.parse import quote
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-STATIC_ROOT = BASE_DIR / "var" / "static"  # settings.STATIC_ROOT; granian serves it under /static
+STATIC_ROOT = BASE_DIR / "var" / "static"  # settings.STATIC_ROOT; the web server serves it under /static
 DB_NAME = "couponrush"
 CHILD_STOP_TIMEOUT = 10.0
 READY_TIMEOUT = 90.0
@@ -60,10 +60,10 @@ MAX_RESTARTS, RESTART_WINDOW_SECONDS = 5, 600.0  # worker / beat restarts allowe
 
 
 def web_command(port: int, host: str = "127.0.0.1") -> list[str]:
-    # granian's ASGI interface (config/asgi.py): the claim on the event loop with an auto-pipelined Redis
-    # connection, the rest of the API through Django's WSGI handler in a thread pool. See bench/README.md.
+    # The project's server (config/server.py): the claim on each worker's event loop with an auto-pipelined
+    # Redis connection, the rest of the API through Django's WSGI handler in a thread pool. See bench/README.md.
     return [
-        "granian", "--interface", "asgi", "config.asgi:application",
+        "python", "-m", "config.server",
         "--host", host, "--port", str(port), "--workers", "2",
         "--static-path-route", "/static", "--static-path-mount", str(STATIC_ROOT),
     ]  # fmt: skip
@@ -659,7 +659,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         else:
             say("WARNING: no `manage.py demo` command yet: skipping the demo campaign")
         t0 = time.monotonic()
-        say(f"starting web (granian on 127.0.0.1:{web_port}), worker, beat ...")
+        say(f"starting web (config.server on 127.0.0.1:{web_port}), worker, beat ...")
         sup.spawn("web", web_command(web_port))
         restartable = {"worker": worker_command(), "beat": beat_command()}
         for name, command in restartable.items():

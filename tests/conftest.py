@@ -7,7 +7,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -23,7 +22,7 @@ from campaigns.models import Campaign
 from campaigns.redis_state import redis_client, reset_redis_client
 from campaigns.services import campaign_preheat
 from config.auth import mint_token
-from config.devstack import STATIC_ROOT, web_command
+from config.devstack import STATIC_ROOT, resolve, web_command
 from orders.services import forget_campaign_facts
 
 from .factories import CampaignFactory
@@ -83,9 +82,9 @@ def http_server(transactional_db: Any) -> Iterator[str]:
     """Serve the project over real HTTP, as the run command does, against the test database."""
     port = free_port()
     command = web_command(port)  # the run command's own server and options
-    STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # granian refuses a static mount that does not exist
+    STATIC_ROOT.mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen(
-        [sys.executable, "-m", *command],
+        resolve(command),
         cwd=ROOT, env=process_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         start_new_session=True,  # its own process group: the teardown stops the workers too
     )
@@ -98,7 +97,7 @@ def http_server(transactional_db: Any) -> Iterator[str]:
         except OSError:
             if proc.poll() is not None or time.monotonic() > deadline:
                 stop_group(proc)
-                raise RuntimeError(f"granian did not start: {proc.stderr.read().decode()[-2000:]}") from None
+                raise RuntimeError(f"the web server did not start: {proc.stderr.read().decode()[-2000:]}") from None
             time.sleep(0.2)
     yield url
     stop_group(proc)

@@ -240,8 +240,8 @@ class Stack:
 
     def start_web(self) -> Proc:
         port = free_port()
-        STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # granian refuses a static mount that does not exist
-        proc = self.spawn("web", [sys.executable, "-m", *web_command(port)])  # the run command's own server
+        STATIC_ROOT.mkdir(parents=True, exist_ok=True)
+        proc = self.spawn("web", resolve(web_command(port)))  # the run command's own server
         self.url = f"http://127.0.0.1:{port}"
         return proc
 

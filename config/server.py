@@ -1,0 +1,594 @@
+"""The web server of `make run`, the image and the compose file: `python -m config.server --port 8000`.
+
+HTTP/1.1 on uvloop, requests parsed by httptools (llhttp, Node.js's parser), in worker processes that each
+listen on the port (SO_REUSEPORT: the kernel spreads connections over them), under a master process that
+starts them, starts a worker again when one dies, and stops them gracefully on SIGTERM / SIGINT.
+
+Each request goes to config.asgi's one implementation: the claim (claim_response) and /healthz
+(alive_response) are answered on the worker's event loop, files under the static mount are read from disk,
+and everything else is Django's WSGI handler in a thread pool (Application.wsgi_response). Answers are
+whole (Content-Length), as Django builds them.
+
+Why not granian, which served the ASGI application before: per request, its HTTP and ASGI machinery cost
+about 106 us of CPU for a POST answered with fixed JSON, where this loop costs about 15 us (an interleaved
+A/B on this machine, bench/README.md), and that machinery was 60% of a claim's CPU. config/asgi.py's
+`application` still runs under any ASGI server (`granian --interface asgi config.asgi:application`).
+
+Limits: a request line and headers of at most 64 KiB (431), a body of at most the larger of Django's
+DATA_UPLOAD_MAX_MEMORY_SIZE and the claim's limit (413, by Content-Length before anything is read), a whole
+request within 30 s of its first byte (408), an idle connection closed after 60 s, at most 32 pipelined
+requests waiting before reading pauses. A malformed request is a 400 in the contract's JSON form, then the
+connection closes.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ctypes
+import email.utils
+import errno
+import http
+import io
+import logging
+import mimetypes
+import os
+import signal
+import socket
+import sys
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any, cast
+from urllib.parse import unquote_to_bytes
+
+import httptools
+import orjson
+import uvloop
+
+log = logging.getLogger("couponrush.server")
+
+HEADER_LIMIT = 64 * 1024  # the request line and the headers
+MAX_HEADERS = 256
+REQUEST_SECONDS = 30.0  # from a request's first byte to its last
+KEEP_ALIVE_SECONDS = 60.0  # an idle connection is closed after this
+MAX_QUEUED = 32  # pipelined requests waiting on one connection before reading pauses
+STOP_GRACE_SECONDS = 8.0  # a stopping worker finishes its requests in hand for at most this long
+RESTARTS, RESTART_WINDOW = 10, 60.0  # a worker that dies more often than this within the window: give up
+
+_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+_NO_BODY_STATUSES = frozenset({204, 304})
+_DROPPED_HEADERS = frozenset({b"content-length", b"transfer-encoding", b"connection", b"date", b"keep-alive"})
+_STATUS_LINES: dict[int, bytes] = {}
+
+Response = tuple[int, list[tuple[bytes, bytes]], bytes]
+
+
+def status_line(status: int) -> bytes:
+    line = _STATUS_LINES.get(status)
+    if line is None:
+        try:
+            phrase = http.HTTPStatus(status).phrase
+        except ValueError:
+            phrase = ""
+        line = _STATUS_LINES[status] = f"HTTP/1.1 {status} {phrase}\r\n".encode("latin-1")
+    return line
+
+
+def error_response(status: int, code: str, detail: str) -> Response:
+    body = {"code": status, "status": code, "detail": detail}
+    return status, [(b"content-type", b"application/json"), (b"x-content-type-options", b"nosniff")], \
+        orjson.dumps(body)
+
+
+class Request:
+    """One request as it is parsed, then answered."""
+
+    __slots__ = ("url", "headers", "body", "method", "version", "keep_alive", "began", "header_bytes",
+                 "skip_body", "error", "expect_continue")
+
+    def __init__(self, began: float) -> None:
+        self.url = b""
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.body = bytearray()
+        self.method = "GET"
+        self.version = "1.1"
+        self.keep_alive = True
+        self.began = began
+        self.header_bytes = 0
+        self.skip_body = False  # its Content-Length is over the limit: answered at once, its body never read
+        self.error: Response | None = None  # answer this instead, then close
+        self.expect_continue = False
+
+
+class _Refuse(Exception):
+    """Raised in a parser callback: answer the request with this error and close the connection."""
+
+    def __init__(self, response: Response) -> None:
+        super().__init__(response[0])
+        self.response = response
+
+
+class HttpConnection(asyncio.Protocol):
+    """One client connection: requests are parsed as bytes arrive and answered in order, one at a time."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.loop = worker.loop
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpRequestParser(self)
+        self.client = ""
+        self.server: tuple[str, int] = ("localhost", 80)
+        self.current: Request | None = None  # being received
+        self.queue: deque[Request] = deque()  # received, not yet answered
+        self.busy = False  # a task is answering the queue
+        self.done_reading = False  # nothing more is parsed (an error, a refused request, an upgrade)
+        self.reading_paused = False
+        self.writable: asyncio.Future[None] | None = None  # set while the transport's buffer is full
+        self.last_active = self.loop.time()
+
+    # asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        peer = transport.get_extra_info("peername")
+        self.client = str(peer[0]) if isinstance(peer, tuple) else ""
+        local = transport.get_extra_info("sockname")
+        if isinstance(local, tuple):
+            self.server = (str(local[0]), int(local[1]))
+        self.worker.connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.worker.connections.discard(self)
+        self.done_reading = True
+        self.queue.clear()
+        if self.writable is not None and not self.writable.done():
+            self.writable.set_result(None)
+
+    def pause_writing(self) -> None:
+        if self.writable is None or self.writable.done():
+            self.writable = self.loop.create_future()
+
+    def resume_writing(self) -> None:
+        if self.writable is not None and not self.writable.done():
+            self.writable.set_result(None)
+
+    def data_received(self, data: bytes) -> None:
+        if self.done_reading:
+            return
+        self.last_active = self.loop.time()
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserCallbackError as exc:
+            refusal = exc.__context__ if isinstance(exc.__context__, _Refuse) else None
+            if refusal is None:
+                log.error("request parsing failed", exc_info=exc.__context__ or exc)
+                self.refuse(error_response(500, "server_error", "Internal error."))
+            else:
+                self.refuse(refusal.response)
+        except httptools.HttpParserUpgrade:
+            # An Upgrade (h2c, websocket) or CONNECT: not served. A complete request is answered as an
+            # ordinary one; what follows it on the connection is not HTTP/1.1 and is never read.
+            self.done_reading = True
+            if self.queue:
+                self.queue[-1].keep_alive = False
+            if self.current is not None:
+                self.refuse(error_response(400, "invalid_request", "Upgrade and CONNECT are not served."))
+        except httptools.HttpParserError:
+            self.refuse(error_response(400, "invalid_request", "Malformed HTTP request."))
+
+    # httptools callbacks
+
+    def on_message_begin(self) -> None:
+        self.current = Request(self.loop.time())
+
+    def on_url(self, url: bytes) -> None:
+        request = self.current
+        assert request is not None
+        request.url += url
+        request.header_bytes += len(url)
+        if request.header_bytes > HEADER_LIMIT:
+            raise _Refuse(error_response(414, "invalid_request", "The request line is too long."))
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        request = self.current
+        assert request is not None
+        request.header_bytes += len(name) + len(value) + 4
+        if request.header_bytes > HEADER_LIMIT or len(request.headers) >= MAX_HEADERS:
+            raise _Refuse(error_response(431, "invalid_request", "The request's headers are too large."))
+        request.headers.append((name.lower(), value))
+
+    def on_headers_complete(self) -> None:
+        request = self.current
+        assert request is not None
+        parser = self.parser
+        request.method = parser.get_method().decode("latin-1")
+        request.version = parser.get_http_version()
+        request.keep_alive = parser.should_keep_alive()
+        for name, value in request.headers:
+            if name == b"content-length":
+                if value.isdigit() and int(value) > self.worker.body_limit:
+                    # Answered now with no body (the application refuses it by its Content-Length), and
+                    # the connection closes: the body is never read.
+                    request.skip_body = True
+                    request.keep_alive = False
+                    self.current = None
+                    self.done_reading = True
+                    self.enqueue(request)
+                    return
+            elif name == b"expect" and value.lower() == b"100-continue" and request.version == "1.1":
+                request.expect_continue = True
+        if request.expect_continue and not self.busy and not self.queue and self.transport is not None:
+            self.transport.write(_CONTINUE)
+
+    def on_body(self, body: bytes) -> None:
+        request = self.current
+        if request is None or request.skip_body:
+            return
+        if len(request.body) <= self.worker.body_limit:  # a chunked body: keep one byte over the limit
+            request.body += body[: self.worker.body_limit + 1 - len(request.body)]
+
+    def on_message_complete(self) -> None:
+        request = self.current
+        if request is None:  # answered at its headers
+            return
+        self.current = None
+        self.enqueue(request)
+
+    # answering
+
+    def refuse(self, response: Response) -> None:
+        """Answer with this error after the requests already received, then close."""
+        self.done_reading = True
+        request = self.current or Request(self.loop.time())
+        self.current = None
+        request.error = response
+        request.keep_alive = False
+        self.enqueue(request)
+
+    def enqueue(self, request: Request) -> None:
+        self.queue.append(request)
+        if not self.busy:
+            self.busy = True
+            self.loop.create_task(self.answer_queue())
+        elif len(self.queue) >= MAX_QUEUED and not self.reading_paused and self.transport is not None:
+            self.reading_paused = True
+            self.transport.pause_reading()
+
+    async def answer_queue(self) -> None:
+        worker = self.worker
+        try:
+            while self.queue:
+                request = self.queue.popleft()
+                if request.error is not None:
+                    response = request.error
+                else:
+                    try:
+                        response = await worker.answer(request, self)
+                    except Exception:
+                        log.exception("request failed: %s %r", request.method, request.url[:200])
+                        response = error_response(500, "server_error", "Internal error.")
+                transport = self.transport
+                if transport is None or transport.is_closing():
+                    return
+                keep_alive = request.keep_alive and not worker.stopping
+                transport.write(self.encode(request, response, keep_alive))
+                if not keep_alive:
+                    transport.close()
+                    return
+                if self.writable is not None:
+                    await self.writable
+                if self.reading_paused and len(self.queue) < MAX_QUEUED // 2:
+                    self.reading_paused = False
+                    transport.resume_reading()
+        finally:
+            self.busy = False
+            self.last_active = self.loop.time()
+
+    def encode(self, request: Request, response: Response, keep_alive: bool) -> bytes:
+        status, headers, body = response
+        parts = [status_line(status)]
+        for name, value in headers:
+            if name not in _DROPPED_HEADERS:
+                parts += (name, b": ", value, b"\r\n")
+        parts.append(self.worker.date_line)
+        if status not in _NO_BODY_STATUSES:
+            parts += (b"content-length: ", str(len(body)).encode(), b"\r\n")
+        if not keep_alive:
+            parts.append(b"connection: close\r\n")
+        parts.append(b"\r\n")
+        if request.method != "HEAD" and status not in _NO_BODY_STATUSES:
+            parts.append(body)
+        return b"".join(parts)
+
+    def close_if_idle(self, now: float) -> None:
+        """Called every second: close a connection idle too long; refuse a request too slow to arrive."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        request = self.current
+        if request is not None:
+            if now - request.began > REQUEST_SECONDS:
+                self.refuse(error_response(408, "request_timeout", "The request took too long to arrive."))
+        elif not self.busy and not self.queue and (self.worker.stopping
+                                                   or now - self.last_active > KEEP_ALIVE_SECONDS):
+            transport.close()
+
+
+class Worker:
+    """One worker process: an event loop serving the listening socket it was given."""
+
+    def __init__(self, sock: socket.socket, threads: int, static: tuple[str, Path] | None) -> None:
+        self.sock = sock
+        self.threads = threads
+        self.static = static
+        self.loop: asyncio.AbstractEventLoop  # the worker's, once it serves
+        self.connections: set[HttpConnection] = set()
+        self.stopping = False
+        self.date_line = b""
+        self.body_limit = 0
+
+    def run(self) -> None:
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(self.serve())
+
+    async def serve(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        from . import asgi  # Django is set up here, in the worker, after the fork: nothing is shared
+
+        self.asgi = asgi
+        self.app = asgi.Application(asgi.django_application, threads=self.threads)
+        self.body_limit = self.app.body_limit
+        stop = asyncio.Event()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            self.loop.add_signal_handler(signum, stop.set)
+        self.tick()
+        server = await self.loop.create_server(lambda: HttpConnection(self), sock=self.sock, backlog=2048)
+        await stop.wait()
+        self.stopping = True
+        server.close()  # no new connections; the requests in hand are answered, each with Connection: close
+        deadline = self.loop.time() + STOP_GRACE_SECONDS
+        while self.connections and self.loop.time() < deadline:
+            for connection in list(self.connections):
+                connection.close_if_idle(self.loop.time())
+            await asyncio.sleep(0.05)
+        for connection in list(self.connections):
+            if connection.transport is not None:
+                connection.transport.abort()
+        self.app.executor.shutdown(wait=False, cancel_futures=True)
+
+    def tick(self) -> None:
+        """Once a second: the Date header, and connections idle or slow for too long."""
+        now = time.time()
+        self.date_line = b"date: " + email.utils.formatdate(now, usegmt=True).encode() + b"\r\n"
+        loop_now = self.loop.time()
+        for connection in list(self.connections):
+            connection.close_if_idle(loop_now)
+        self.loop.call_at(loop_now + 1.0 - (now % 1.0), self.tick)
+
+    async def answer(self, request: Request, connection: HttpConnection) -> Response:
+        asgi = self.asgi
+        url = httptools.parse_url(request.url)
+        raw_path = url.path or b"/"
+        path = (unquote_to_bytes(raw_path) if b"%" in raw_path else raw_path).decode("latin-1")
+        meta = asgi.headers_environ(request.headers, connection.client)
+        method = request.method
+        if method == "POST":
+            match = asgi.CLAIM_PATH.fullmatch(path)
+            if match is not None:
+                return await asgi.claim_response(meta, match.group(1), bytes(request.body[: asgi.MAX_BODY_BYTES + 1]))
+        elif method in ("GET", "HEAD"):
+            if path == "/healthz":
+                return asgi.alive_response(meta)
+            if self.static is not None and path.startswith(self.static[0]):
+                found = await self.static_file(path, meta)
+                if found is not None:
+                    return found
+        if len(request.body) > self.body_limit:  # a chunked body over the limit
+            return asgi.too_large_response()
+        body = b"" if request.skip_body else bytes(request.body)  # skipped: Django refuses its Content-Length
+        meta.setdefault("CONTENT_LENGTH", str(len(body)))  # a chunked body, now read whole
+        meta.update({
+            "REQUEST_METHOD": method,
+            "SCRIPT_NAME": "",
+            "PATH_INFO": path,
+            "QUERY_STRING": (url.query or b"").decode("latin-1"),
+            "SERVER_NAME": connection.server[0],
+            "SERVER_PORT": str(connection.server[1]),
+            "SERVER_PROTOCOL": f"HTTP/{request.version}",
+            "wsgi.version": (1, 0),
+            "wsgi.url_scheme": "http",
+            "wsgi.input": io.BytesIO(body),
+            "wsgi.errors": sys.stderr,
+            "wsgi.multithread": True,
+            "wsgi.multiprocess": True,
+            "wsgi.run_once": False,
+        })
+        return await self.app.wsgi_response(meta)
+
+    async def static_file(self, path: str, meta: dict[str, Any]) -> Response | None:
+        """A file under the static mount (None when there is no such file: Django answers then)."""
+        assert self.static is not None
+        route, root = self.static
+        relative = path[len(route):]
+        if not relative.startswith("/") or "\x00" in relative or ".." in relative.split("/"):
+            return None
+        try:
+            return await self.loop.run_in_executor(None, _read_static, root, relative.lstrip("/"),
+                                                   meta.get("HTTP_IF_MODIFIED_SINCE"))
+        except OSError:
+            return None
+
+
+def _read_static(root: Path, relative: str, if_modified_since: str | None) -> Response | None:
+    target = (root / relative).resolve()
+    if root not in target.parents or not target.is_file():
+        return None
+    stat = target.stat()
+    last_modified = email.utils.formatdate(stat.st_mtime, usegmt=True).encode()
+    headers = [(b"last-modified", last_modified), (b"cache-control", b"public, max-age=3600")]
+    if if_modified_since:
+        try:
+            since = email.utils.parsedate_to_datetime(if_modified_since).timestamp()
+        except (TypeError, ValueError, IndexError, OverflowError):
+            since = None
+        if since is not None and int(stat.st_mtime) <= since:
+            return 304, headers, b""
+    kind, encoding = mimetypes.guess_type(target.name)
+    if kind is None or encoding is not None:
+        kind = "application/octet-stream"
+    elif kind.startswith("text/") or kind in ("application/javascript", "application/json"):
+        kind += "; charset=utf-8"
+    return 200, [(b"content-type", kind.encode()), *headers], target.read_bytes()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The master process
+
+
+def listening_sockets(host: str, port: int, count: int) -> list[socket.socket]:
+    """`count` sockets listening on one port (SO_REUSEPORT), one per worker. The master keeps them open, so
+    a worker started again takes over its socket's queue of connections: none is refused meanwhile."""
+    sockets: list[socket.socket] = []
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        for _ in range(count):
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            sock.bind((host, port))
+            port = sock.getsockname()[1]  # port 0: the one the first socket got
+            sock.listen(2048)
+            sock.set_inheritable(True)
+    except OSError:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
+
+
+def _die_with_parent() -> None:
+    """A worker gets SIGTERM when its master dies, however it died (Linux)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+class Master:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.static = (args.static_path_route.rstrip("/"), Path(args.static_path_mount).resolve()) \
+            if args.static_path_mount else None
+        self.sockets = listening_sockets(args.host, args.port, args.workers)
+        self.port = self.sockets[0].getsockname()[1]
+        self.children: dict[int, int] = {}  # pid -> worker index
+        self.deaths: deque[float] = deque()
+        self.stopping = False
+
+    def say(self, message: str) -> None:
+        print(f"[server {os.getpid()}] {message}", file=sys.stderr, flush=True)
+
+    def spawn(self, index: int) -> None:
+        pid = os.fork()
+        if pid == 0:
+            status = 1
+            try:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                signal.signal(signal.SIGINT, signal.SIG_DFL)
+                signal.signal(signal.SIGALRM, signal.SIG_DFL)
+                _die_with_parent()
+                sock = self.sockets[index]
+                for other in self.sockets:
+                    if other is not sock:
+                        other.close()
+                Worker(sock, self.args.threads, self.static).run()
+                status = 0
+            except BaseException:  # noqa: BLE001  (the worker's last word, then it exits)
+                logging.getLogger("couponrush.server").exception("worker failed")
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(status)
+        self.children[pid] = index
+
+    def on_stop(self, signum: int, frame: Any) -> None:
+        if not self.stopping:
+            self.stopping = True
+            self.say(f"{signal.Signals(signum).name}: stopping the workers")
+            self.signal_children(signal.SIGTERM)
+            signal.alarm(int(STOP_GRACE_SECONDS) + 2)
+
+    def on_alarm(self, signum: int, frame: Any) -> None:
+        self.say("workers still running after the grace period: killing them")
+        self.signal_children(signal.SIGKILL)
+
+    def signal_children(self, signum: int) -> None:
+        for pid in list(self.children):
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
+
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, self.on_stop)
+        signal.signal(signal.SIGINT, self.on_stop)
+        signal.signal(signal.SIGALRM, self.on_alarm)
+        for index in range(self.args.workers):
+            self.spawn(index)
+        self.say(f"listening on http://{self.args.host}:{self.port} with {self.args.workers} workers")
+        while self.children:
+            try:
+                pid, status = os.wait()
+            except ChildProcessError:
+                break
+            index = self.children.pop(pid, -1)
+            if index < 0 or self.stopping:
+                continue
+            code = os.waitstatus_to_exitcode(status)
+            now = time.monotonic()
+            self.deaths.append(now)
+            while self.deaths and now - self.deaths[0] > RESTART_WINDOW:
+                self.deaths.popleft()
+            if len(self.deaths) > RESTARTS:
+                self.say(f"worker {pid} exited ({code}): {RESTARTS} restarts within {RESTART_WINDOW:.0f}s, "
+                         "giving up")
+                self.stopping = True
+                self.signal_children(signal.SIGTERM)
+                signal.alarm(int(STOP_GRACE_SECONDS) + 2)
+                return 1
+            self.say(f"worker {pid} exited ({code}): starting another")
+            self.spawn(index)
+        self.say("stopped")
+        return 0
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m config.server", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
+    parser.add_argument("--threads", type=int, default=int(os.environ.get("COUPONS_WEB_THREADS", "16")),
+                        help="Django threads per worker (default COUPONS_WEB_THREADS or 16)")
+    parser.add_argument("--static-path-route", default="/static", help="URL prefix of the static files")
+    parser.add_argument("--static-path-mount", default="", help="folder served under the static route")
+    args = parser.parse_args(argv)
+    if args.workers < 1 or args.threads < 1:
+        parser.error("--workers and --threads must be at least 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        master = Master(args)
+    except OSError as exc:
+        detail = "the port is in use" if exc.errno == errno.EADDRINUSE else exc.strerror
+        print(f"couponrush server: cannot listen on {args.host}:{args.port}: {detail}", file=sys.stderr)
+        return 2
+    return master.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

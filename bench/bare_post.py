@@ -1,29 +1,37 @@
-"""A bare ASGI app for the sold-out storm's second baseline (bench/suite.py, phase soldout).
+"""The sold-out storm's second baseline (bench/suite.py, phase soldout): the project's web server
+(config/server.py, the same HTTP/1.1 loop, workers and options) with every request answered by a fixed JSON
+body once the whole request, body included, is in. It costs what the server costs for the claim's exact
+request (POST, the shopper's headers, a body of "{}"), so that sold-out / bare POST says how close the claim
+comes to the server's floor for such a request; /healthz (the first baseline) is a GET the server answers
+without Django too.
 
-It answers every request with a fixed JSON body after reading the request's body the way config/asgi.py reads
-a claim's (until Content-Length bytes are in). Served by granian with the web server's workers and its ASGI
-interface without the lifespan protocol (asginl: the same per request, nothing to start), it costs what the
-HTTP server and the ASGI protocol cost for the claim's exact request (POST, the shopper's headers, a body of
-"{}"), so that sold-out / bare-POST says how close the claim comes to the server's floor for such a request.
-/healthz (the first baseline) is a GET that reads no body.
+    python bench/bare_post.py --port 8300 --workers 2
 """
 from __future__ import annotations
 
-from typing import Any
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from config.server import HttpConnection, Request, Response, Worker, main  # noqa: E402
 
 _HEADERS = [(b"content-type", b"application/json"), (b"x-content-type-options", b"nosniff")]
 _BODY = b'{"code":2,"status":"sold_out","claim_id":null,"campaign_id":0}'
 
 
-async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-    if scope["type"] != "http":  # served with --interface asginl: no lifespan messages
-        return
-    length = next((int(v) for k, v in scope["headers"] if k == b"content-length"), -1)
-    received = 0
-    while length != 0:
-        message = await receive()
-        received += len(message.get("body", b""))
-        if received >= length >= 0 or not message.get("more_body", False):
-            break
-    await send({"type": "http.response.start", "status": 200, "headers": _HEADERS})
-    await send({"type": "http.response.body", "body": _BODY})
+class BareWorker(Worker):
+    """A worker without Django: the fixed answer, the server's limits."""
+
+    def setup(self) -> None:
+        self.body_limit = 16 * 1024
+
+    def teardown(self) -> None:
+        pass
+
+    async def answer(self, request: Request, connection: HttpConnection) -> Response:
+        return 200, _HEADERS, _BODY
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:], worker_class=BareWorker))

@@ -307,19 +307,21 @@ class HttpConnection(asyncio.Protocol):
             return
         request = self.current
         if request is not None:
-            if now - request.began > REQUEST_SECONDS:
+            if now - request.began > self.worker.request_timeout:
                 self.refuse(error_response(408, "request_timeout", "The request took too long to arrive."))
         elif not self.busy and not self.queue and (self.worker.stopping
-                                                   or now - self.last_active > KEEP_ALIVE_SECONDS):
+                                                   or now - self.last_active > self.worker.keep_alive):
             transport.close()
 
 
 class Worker:
     """One worker process: an event loop serving the listening socket it was given."""
 
-    def __init__(self, sock: socket.socket, threads: int, static: tuple[str, Path] | None) -> None:
+    def __init__(self, sock: socket.socket, args: argparse.Namespace, static: tuple[str, Path] | None) -> None:
         self.sock = sock
-        self.threads = threads
+        self.threads: int = args.threads
+        self.keep_alive: float = args.keep_alive
+        self.request_timeout: float = args.request_timeout
         self.static = static
         self.loop: asyncio.AbstractEventLoop  # the worker's, once it serves
         self.connections: set[HttpConnection] = set()
@@ -333,11 +335,7 @@ class Worker:
 
     async def serve(self) -> None:
         self.loop = asyncio.get_running_loop()
-        from . import asgi  # Django is set up here, in the worker, after the fork: nothing is shared
-
-        self.asgi = asgi
-        self.app = asgi.Application(asgi.django_application, threads=self.threads)
-        self.body_limit = self.app.body_limit
+        self.setup()
         stop = asyncio.Event()
         for signum in (signal.SIGTERM, signal.SIGINT):
             self.loop.add_signal_handler(signum, stop.set)
@@ -354,6 +352,16 @@ class Worker:
         for connection in list(self.connections):
             if connection.transport is not None:
                 connection.transport.abort()
+        self.teardown()
+
+    def setup(self) -> None:
+        from . import asgi  # Django is set up here, in the worker, after the fork: nothing is shared
+
+        self.asgi = asgi
+        self.app = asgi.Application(asgi.django_application, threads=self.threads)
+        self.body_limit = self.app.body_limit
+
+    def teardown(self) -> None:
         self.app.executor.shutdown(wait=False, cancel_futures=True)
 
     def tick(self) -> None:
@@ -477,8 +485,9 @@ def _die_with_parent() -> None:
 
 
 class Master:
-    def __init__(self, args: argparse.Namespace) -> None:
+    def __init__(self, args: argparse.Namespace, worker_class: type[Worker] = Worker) -> None:
         self.args = args
+        self.worker_class = worker_class
         self.static = (args.static_path_route.rstrip("/"), Path(args.static_path_mount).resolve()) \
             if args.static_path_mount else None
         self.sockets = listening_sockets(args.host, args.port, args.workers)
@@ -503,7 +512,7 @@ class Master:
                 for other in self.sockets:
                     if other is not sock:
                         other.close()
-                Worker(sock, self.args.threads, self.static).run()
+                self.worker_class(sock, self.args, self.static).run()
                 status = 0
             except BaseException:  # noqa: BLE001  (the worker's last word, then it exits)
                 logging.getLogger("couponrush.server").exception("worker failed")
@@ -571,18 +580,25 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     parser.add_argument("--threads", type=int, default=int(os.environ.get("COUPONS_WEB_THREADS", "16")),
                         help="Django threads per worker (default COUPONS_WEB_THREADS or 16)")
+    parser.add_argument("--keep-alive", type=float, default=KEEP_ALIVE_SECONDS,
+                        help=f"seconds an idle connection stays open (default {KEEP_ALIVE_SECONDS:g})")
+    parser.add_argument("--request-timeout", type=float, default=REQUEST_SECONDS,
+                        help=f"seconds from a request's first byte to its last (default {REQUEST_SECONDS:g})")
     parser.add_argument("--static-path-route", default="/static", help="URL prefix of the static files")
     parser.add_argument("--static-path-mount", default="", help="folder served under the static route")
     args = parser.parse_args(argv)
     if args.workers < 1 or args.threads < 1:
         parser.error("--workers and --threads must be at least 1")
+    if args.keep_alive <= 0 or args.request_timeout <= 0:
+        parser.error("--keep-alive and --request-timeout must be positive")
     return args
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, worker_class: type[Worker] = Worker) -> int:
+    """Serve until SIGTERM / SIGINT (worker_class: bench/bare_post.py serves a fixed answer with it)."""
     args = parse_args(argv)
     try:
-        master = Master(args)
+        master = Master(args, worker_class)
     except OSError as exc:
         detail = "the port is in use" if exc.errno == errno.EADDRINUSE else exc.strerror
         print(f"couponrush server: cannot listen on {args.host}:{args.port}: {detail}", file=sys.stderr)

@@ -1,7 +1,7 @@
 """Claim storm: how fast couponrush sells out a flash sale, and whether every claim becomes a coupon.
 
     .venv/bin/python bench/claim_storm.py [--stock 10000] [--duration 10] [--connections 100] [--threads 2]
-                                          [--workers 2] [--with-seed-go] [--granian-args "--backpressure 64"]
+                                          [--workers 2] [--with-seed-go] [--server-args "--threads 32"]
 
 A benchmark, not a test. In one run it
 
@@ -9,8 +9,8 @@ A benchmark, not a test. In one run it
      migrated; the Redis db is FLUSHED at start, so give the bench a db of its own, e.g. /9: it refuses a db
      holding keys it did not write unless --force-flush), otherwise embedded servers under var/bench/ started
      the way config/devstack.py starts them;
-  2. starts the web server with the run command's command line (config.devstack.web_command: granian WSGI,
-     --workers 2, plus --granian-args) with DEBUG off, and a Celery worker (config.devstack.worker_command)
+  2. starts the web server with the run command's command line (config.devstack.web_command: config/server.py,
+     --workers 2, plus --server-args) with DEBUG off, and a Celery worker (config.devstack.worker_command)
      that drains the claim ledger into PostgreSQL;
   3. creates a published campaign (`manage.py campaign_create ... --publish`), writes shoppers with valid tokens
      (../shared/reference/wrk/tokens.py) and storms the claim route with wrk and ../shared/reference/wrk/claim.lua,
@@ -325,9 +325,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--duration", type=int, default=10, help="seconds of each wrk run (10)")
     parser.add_argument("--connections", type=int, default=100, help="wrk connections, -c (100)")
     parser.add_argument("--threads", type=int, default=2, help="wrk threads, -t (2)")
-    parser.add_argument("--workers", type=int, default=2, help="granian workers (2, as the run command)")
-    parser.add_argument("--granian-args", default="", help="extra granian options, e.g. "
-                        "--granian-args='--backpressure 64 --blocking-threads 8'")
+    parser.add_argument("--workers", type=int, default=2, help="web server workers (2, as the run command)")
+    parser.add_argument("--server-args", default="", help="extra options for the web server (config/server.py), "
+                        "e.g. --server-args='--threads 32'")
     parser.add_argument("--shoppers", type=int, default=200_000, help="distinct shoppers in the token file (200000)")
     parser.add_argument("--with-seed-go", action="store_true", help="also measure the seed's Go yardstick")
     parser.add_argument("--seed-go-db", type=int, help="Redis db of seed-go (default: the bench's db + 1)")
@@ -340,7 +340,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--no-results", dest="results", action="store_false",
                         help="do not write bench/results/claim_storm-*.json")
     args = parser.parse_args(argv)
-    args.granian_extra = shlex.split(args.granian_args)
+    args.server_extra = shlex.split(args.server_args)
     return args
 
 
@@ -379,7 +379,7 @@ def bench(args: argparse.Namespace, procs: Processes, stores_box: list[Stores]) 
 
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    procs.start("web", web_argv(port, args.workers, args.granian_extra), env)
+    procs.start("web", web_argv(port, args.workers, args.server_extra), env)
     worker = procs.start("worker", worker_argv(), env)
     wait_until(f"web on {base}", lambda: http_ok(f"{base}/healthz"), procs)
     wait_worker_ready(worker, procs)
@@ -397,10 +397,10 @@ def bench(args: argparse.Namespace, procs: Processes, stores_box: list[Stores]) 
         "host": {"cpus": os.cpu_count(), "loadavg_before": loadavg, "python": platform.python_version(),
                  "machine": platform.machine()},
         "config": {"stock": args.stock, "duration": args.duration, "connections": args.connections,
-                   "threads": args.threads, "workers": args.workers, "granian_args": args.granian_extra,
+                   "threads": args.threads, "workers": args.workers, "server_args": args.server_extra,
                    "shoppers": args.shoppers, "with_seed_go": args.with_seed_go, "settings": SETTINGS_MODULE,
                    "debug": False, "campaign_id": campaign_id,
-                   "web_command": web_argv(port, args.workers, args.granian_extra),
+                   "web_command": web_argv(port, args.workers, args.server_extra),
                    "worker_command": worker_argv(),
                    "database": redact(stores.database_url), "redis": redact(stores.redis_url)},
         "runs": {"couponrush claim": {"wrk": claim["wrk"]}, "couponrush /healthz": bare,

@@ -124,6 +124,22 @@ class Child:
     log_path: Path
 
 
+def session_cpu(sid: int) -> float:
+    """CPU seconds (user + system) of the processes of a session: a server started by Processes.start (its
+    master and workers), read from /proc."""
+    total = 0.0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[3]) == sid:  # field 6 of stat: the session id
+            total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 class Processes:
     """Long-running children (web, worker, seed-go), each in a session of its own so that a terminal's Ctrl-C
     reaches only the bench, which then stops them: SIGTERM to the process group, SIGKILL after a timeout."""
@@ -547,12 +563,11 @@ def child_env(stores: Stores, secret: str) -> dict[str, str]:
 
 
 def web_argv(port: int, workers: int, extra: list[str]) -> list[str]:
-    """The run command's web command line (config/devstack.py), with --workers and extra granian options."""
+    """The run command's web command line (config/devstack.py), with --workers and extra server options."""
     if devstack is not None:
         argv = devstack.web_command(port)
     else:
-        argv = ["granian", "--interface", "wsgi", "config.wsgi:application", "--host", "127.0.0.1",
-                "--port", str(port), "--workers", "2"]
+        argv = ["python", "-m", "config.server", "--host", "127.0.0.1", "--port", str(port), "--workers", "2"]
     if "--workers" in argv:
         argv[argv.index("--workers") + 1] = str(workers)
     else:

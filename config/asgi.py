@@ -1,5 +1,5 @@
-"""ASGI entry point, the web server of `make run` and of the compose file:
-`granian --interface asgi config.asgi:application`.
+"""The web application: what config/server.py (the web server of `make run`) answers every request with, and
+an ASGI application (`application`) for any ASGI server (`granian --interface asgi config.asgi:application`).
 
 GET /healthz is answered on the event loop too: a liveness probe needs nothing from Django, and it is the
 server's bare JSON endpoint that the benchmarks compare the claim with.
@@ -10,10 +10,6 @@ through the loop's auto-pipelined Redis connection (campaigns/redis_async.py), s
 claims cost Redis one read and one write instead of a hundred. Everything else is Django, called as a WSGI
 application in a pool of threads, exactly as a WSGI server calls it (Django's own ASGI handler measured 3-7x
 slower than its WSGI one here).
-
-Why ASGI and not granian's RSGI (as fast here, within the noise): RSGI silently drops a header whose value is
-not visible ASCII, so an Idempotency-Key of "é" would pass as no key at all instead of a 400; ASGI hands over
-the raw bytes.
 """
 from __future__ import annotations
 

@@ -52,6 +52,7 @@ MAX_HEADERS = 256
 REQUEST_SECONDS = 30.0  # from a request's first byte to its last
 KEEP_ALIVE_SECONDS = 60.0  # an idle connection is closed after this
 MAX_QUEUED = 32  # pipelined requests waiting on one connection before reading pauses
+LINGER_SECONDS = 2.0  # after a last answer, what the client still sends is read (and dropped) this long at most
 STOP_GRACE_SECONDS = 8.0  # a stopping worker finishes its requests in hand for at most this long
 RESTARTS, RESTART_WINDOW = 10, 60.0  # a worker that dies more often than this within the window: give up
 
@@ -59,6 +60,7 @@ _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _NO_BODY_STATUSES = frozenset({204, 304})
 _DROPPED_HEADERS = frozenset({b"content-length", b"transfer-encoding", b"connection", b"date", b"keep-alive"})
 _STATUS_LINES: dict[int, bytes] = {}
+_STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
 
 Response = tuple[int, list[tuple[bytes, bytes]], bytes]
 
@@ -84,7 +86,7 @@ class Request:
     """One request as it is parsed, then answered."""
 
     __slots__ = ("url", "headers", "body", "method", "version", "keep_alive", "began", "header_bytes",
-                 "skip_body", "error", "expect_continue")
+                 "head_received", "head_done", "skip_body", "error", "expect_continue", "continued")
 
     def __init__(self, began: float) -> None:
         self.url = b""
@@ -94,10 +96,13 @@ class Request:
         self.version = "1.1"
         self.keep_alive = True
         self.began = began
-        self.header_bytes = 0
+        self.header_bytes = 0  # the request line and the headers, as the parser hands them over
+        self.head_received = 0  # bytes of reads that were all request line and headers (a lower bound)
+        self.head_done = False  # its headers are complete
         self.skip_body = False  # its Content-Length is over the limit: answered at once, its body never read
         self.error: Response | None = None  # answer this instead, then close
         self.expect_continue = False
+        self.continued = False  # "100 Continue" sent
 
 
 class _Refuse(Exception):
@@ -124,6 +129,7 @@ class HttpConnection(asyncio.Protocol):
         self.done_reading = False  # nothing more is parsed (an error, a refused request, an upgrade)
         self.reading_paused = False
         self.writable: asyncio.Future[None] | None = None  # set while the transport's buffer is full
+        self.lingering_since: float | None = None  # the last answer is sent: waiting for the client to close
         self.last_active = self.loop.time()
 
     # asyncio.Protocol
@@ -156,6 +162,7 @@ class HttpConnection(asyncio.Protocol):
         if self.done_reading:
             return
         self.last_active = self.loop.time()
+        receiving = self.current
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserCallbackError as exc:
@@ -170,11 +177,23 @@ class HttpConnection(asyncio.Protocol):
             # ordinary one; what follows it on the connection is not HTTP/1.1 and is never read.
             self.done_reading = True
             if self.queue:
-                self.queue[-1].keep_alive = False
+                last = self.queue[-1]
+                last.keep_alive = False
+                if last.method == "CONNECT":  # the parser completes it: a tunnel is not a request to answer
+                    last.error = error_response(400, "invalid_request", "CONNECT is not served.")
             if self.current is not None:
                 self.refuse(error_response(400, "invalid_request", "Upgrade and CONNECT are not served."))
         except httptools.HttpParserError:
             self.refuse(error_response(400, "invalid_request", "Malformed HTTP request."))
+        else:
+            # httptools keeps a header's name and value to itself until the header is complete: a header
+            # that never ends would grow without bound. A read that was all one request's head counts here
+            # (the read a request begins in does not: part of it may be the request before).
+            request = self.current
+            if request is not None and request is receiving and not request.head_done:
+                request.head_received += len(data)
+                if request.head_received > HEADER_LIMIT:
+                    self.refuse(error_response(431, "invalid_request", "The request's headers are too large."))
 
     # httptools callbacks
 
@@ -200,6 +219,7 @@ class HttpConnection(asyncio.Protocol):
     def on_headers_complete(self) -> None:
         request = self.current
         assert request is not None
+        request.head_done = True
         parser = self.parser
         request.method = parser.get_method().decode("latin-1")
         request.version = parser.get_http_version()
@@ -217,7 +237,16 @@ class HttpConnection(asyncio.Protocol):
                     return
             elif name == b"expect" and value.lower() == b"100-continue" and request.version == "1.1":
                 request.expect_continue = True
-        if request.expect_continue and not self.busy and not self.queue and self.transport is not None:
+        if not self.busy:
+            self.send_continue()
+
+    def send_continue(self) -> None:
+        """Ask for the body of the request being received if it waits for "100 Continue" and every request
+        before it is answered (a pipelined request's turn comes when the queue is empty)."""
+        request = self.current
+        if request is not None and request.expect_continue and not request.continued and not self.queue \
+                and self.transport is not None and not self.transport.is_closing():
+            request.continued = True
             self.transport.write(_CONTINUE)
 
     def on_body(self, body: bytes) -> None:
@@ -273,13 +302,14 @@ class HttpConnection(asyncio.Protocol):
                 keep_alive = request.keep_alive and not worker.stopping
                 transport.write(self.encode(request, response, keep_alive))
                 if not keep_alive:
-                    transport.close()
+                    self.close_softly(transport)
                     return
                 if self.writable is not None:
                     await self.writable
                 if self.reading_paused and len(self.queue) < MAX_QUEUED // 2:
                     self.reading_paused = False
                     transport.resume_reading()
+            self.send_continue()
         finally:
             self.busy = False
             self.last_active = self.loop.time()
@@ -295,15 +325,37 @@ class HttpConnection(asyncio.Protocol):
             parts += (b"content-length: ", str(len(body)).encode(), b"\r\n")
         if not keep_alive:
             parts.append(b"connection: close\r\n")
+        elif request.version == "1.0":  # an HTTP/1.0 client keeps the connection only when told so
+            parts.append(b"connection: keep-alive\r\n")
         parts.append(b"\r\n")
         if request.method != "HEAD" and status not in _NO_BODY_STATUSES:
             parts.append(body)
         return b"".join(parts)
 
+    def close_softly(self, transport: asyncio.Transport) -> None:
+        """Close after the last answer: end the sending side only, and read (dropping it) whatever the client
+        still sends until it closes its side, for LINGER_SECONDS at most. A socket closed with input unread
+        sends a reset, and a reset can destroy the answer before the client has read it (a body the server
+        refused unread, the rest of a header over the limit, requests pipelined after a close)."""
+        self.done_reading = True
+        self.queue.clear()
+        if not transport.can_write_eof():
+            transport.close()
+            return
+        self.lingering_since = self.loop.time()
+        if self.reading_paused:
+            self.reading_paused = False
+            transport.resume_reading()
+        transport.write_eof()  # after what is written; the client's end of file then closes the transport
+
     def close_if_idle(self, now: float) -> None:
         """Called every second: close a connection idle too long; refuse a request too slow to arrive."""
         transport = self.transport
         if transport is None or transport.is_closing():
+            return
+        if self.lingering_since is not None:
+            if now - self.lingering_since > LINGER_SECONDS:
+                transport.close()
             return
         request = self.current
         if request is not None:
@@ -375,7 +427,10 @@ class Worker:
 
     async def answer(self, request: Request, connection: HttpConnection) -> Response:
         asgi = self.asgi
-        url = httptools.parse_url(request.url)
+        try:
+            url = httptools.parse_url(request.url)
+        except httptools.HttpParserInvalidURLError:  # one llhttp let through (http://host:99999/)
+            return error_response(400, "invalid_request", "Malformed request target.")
         raw_path = url.path or b"/"
         path = (unquote_to_bytes(raw_path) if b"%" in raw_path else raw_path).decode("latin-1")
         meta = asgi.headers_environ(request.headers, connection.client)
@@ -458,6 +513,12 @@ def listening_sockets(host: str, port: int, count: int) -> list[socket.socket]:
     a worker started again takes over its socket's queue of connections: none is refused meanwhile."""
     sockets: list[socket.socket] = []
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # SO_REUSEPORT would let these sockets join another server's on the port (any process of this user):
+    # a bind without it fails when anything listens there (EADDRINUSE), and port 0 takes a free port.
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a closed connection's TIME_WAIT is no owner
+        probe.bind((host, port))
+        port = probe.getsockname()[1]
     try:
         for _ in range(count):
             sock = socket.socket(family, socket.SOCK_STREAM)
@@ -465,7 +526,6 @@ def listening_sockets(host: str, port: int, count: int) -> list[socket.socket]:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             sock.bind((host, port))
-            port = sock.getsockname()[1]  # port 0: the one the first socket got
             sock.listen(2048)
             sock.set_inheritable(True)
     except OSError:
@@ -500,6 +560,9 @@ class Master:
         print(f"[server {os.getpid()}] {message}", file=sys.stderr, flush=True)
 
     def spawn(self, index: int) -> None:
+        # The stop signals wait until the child has its own handlers and the master knows the child's pid:
+        # the master's handler must not run in the child, nor miss a child it has not recorded yet.
+        signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
         pid = os.fork()
         if pid == 0:
             status = 1
@@ -507,6 +570,7 @@ class Master:
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
                 signal.signal(signal.SIGALRM, signal.SIG_DFL)
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
                 _die_with_parent()
                 sock = self.sockets[index]
                 for other in self.sockets:
@@ -521,13 +585,22 @@ class Master:
                 sys.stderr.flush()
                 os._exit(status)
         self.children[pid] = index
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
 
     def on_stop(self, signum: int, frame: Any) -> None:
         if not self.stopping:
-            self.stopping = True
             self.say(f"{signal.Signals(signum).name}: stopping the workers")
-            self.signal_children(signal.SIGTERM)
-            signal.alarm(int(STOP_GRACE_SECONDS) + 2)
+            self.stop()
+
+    def stop(self) -> None:
+        """SIGTERM to the workers (SIGKILL after the grace period), and the listening sockets closed here:
+        once each worker has closed its own, a new connection is refused instead of waiting in a queue no
+        one reads."""
+        self.stopping = True
+        for sock in self.sockets:
+            sock.close()
+        self.signal_children(signal.SIGTERM)
+        signal.alarm(int(STOP_GRACE_SECONDS) + 2)
 
     def on_alarm(self, signum: int, frame: Any) -> None:
         self.say("workers still running after the grace period: killing them")
@@ -547,6 +620,7 @@ class Master:
         for index in range(self.args.workers):
             self.spawn(index)
         self.say(f"listening on http://{self.args.host}:{self.port} with {self.args.workers} workers")
+        exit_code = 0
         while self.children:
             try:
                 pid, status = os.wait()
@@ -563,14 +637,13 @@ class Master:
             if len(self.deaths) > RESTARTS:
                 self.say(f"worker {pid} exited ({code}): {RESTARTS} restarts within {RESTART_WINDOW:.0f}s, "
                          "giving up")
-                self.stopping = True
-                self.signal_children(signal.SIGTERM)
-                signal.alarm(int(STOP_GRACE_SECONDS) + 2)
-                return 1
+                exit_code = 1
+                self.stop()  # and wait for the others, as on SIGTERM
+                continue
             self.say(f"worker {pid} exited ({code}): starting another")
             self.spawn(index)
         self.say("stopped")
-        return 0
+        return exit_code
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

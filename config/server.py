@@ -130,6 +130,7 @@ class HttpConnection(asyncio.Protocol):
         self.reading_paused = False
         self.writable: asyncio.Future[None] | None = None  # set while the transport's buffer is full
         self.lingering_since: float | None = None  # the last answer is sent: waiting for the client to close
+        self.client_done = False  # the client ended its side (a half-close): what it sent is answered, then close
         self.last_active = self.loop.time()
 
     # asyncio.Protocol
@@ -149,6 +150,15 @@ class HttpConnection(asyncio.Protocol):
         self.queue.clear()
         if self.writable is not None and not self.writable.done():
             self.writable.set_result(None)
+
+    def eof_received(self) -> bool | None:
+        """The client has sent all it will: answer the requests it sent, then close. A request cut short is
+        dropped (it can never be complete)."""
+        self.client_done = self.done_reading = True
+        self.current = None
+        if self.lingering_since is None and (self.busy or self.queue):
+            return True  # keep the transport open for the answers
+        return None  # the transport closes
 
     def pause_writing(self) -> None:
         if self.writable is None or self.writable.done():
@@ -299,7 +309,7 @@ class HttpConnection(asyncio.Protocol):
                 transport = self.transport
                 if transport is None or transport.is_closing():
                     return
-                keep_alive = request.keep_alive and not worker.stopping
+                keep_alive = request.keep_alive and not worker.stopping and not (self.client_done and not self.queue)
                 transport.write(self.encode(request, response, keep_alive))
                 if not keep_alive:
                     self.close_softly(transport)
@@ -339,7 +349,7 @@ class HttpConnection(asyncio.Protocol):
         refused unread, the rest of a header over the limit, requests pipelined after a close)."""
         self.done_reading = True
         self.queue.clear()
-        if not transport.can_write_eof():
+        if self.client_done or not transport.can_write_eof():
             transport.close()
             return
         self.lingering_since = self.loop.time()

@@ -359,6 +359,17 @@ def test_pipelined_requests_come_back_whole_and_in_order(server, live_campaign) 
     assert stock(campaign) == 4
 
 
+def test_a_client_that_half_closes_after_its_requests_gets_their_answers(server) -> None:
+    with Client(server.port) as client:
+        client.send(request("GET", "/healthz", {"X-Request-ID": "half-0001"})
+                    + request("GET", "/api/v1/campaigns/424242", {"X-Request-ID": "half-0002"}))
+        client.sock.shutdown(socket.SHUT_WR)  # as `nc -N` does
+        first, last = client.reply(), client.reply()
+        client.assert_closed()
+    assert [(r.status, r.header("x-request-id"), r.header("connection")) for r in (first, last)] == [
+        (200, "half-0001", None), (404, "half-0002", "close")]
+
+
 def test_many_pipelined_requests_in_one_write_are_all_answered(server) -> None:
     count = 100  # more than MAX_QUEUED: reading pauses and resumes
     with Client(server.port) as client:

@@ -318,6 +318,8 @@ class HttpConnection(asyncio.Protocol):
                     await self.writable
                 if self.reading_paused and len(self.queue) < MAX_QUEUED // 2:
                     self.reading_paused = False
+                    if self.current is not None:  # its clock stood still while the server did not read
+                        self.current.began = self.loop.time()
                     transport.resume_reading()
             self.send_continue()
         finally:
@@ -369,7 +371,8 @@ class HttpConnection(asyncio.Protocol):
             return
         request = self.current
         if request is not None:
-            if now - request.began > self.worker.request_timeout:
+            # not while reading is paused: the rest of it may be waiting on the server, not on the client
+            if not self.reading_paused and now - request.began > self.worker.request_timeout:
                 self.refuse(error_response(408, "request_timeout", "The request took too long to arrive."))
         elif not self.busy and not self.queue and (self.worker.stopping
                                                    or now - self.last_active > self.worker.keep_alive):

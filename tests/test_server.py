@@ -774,6 +774,42 @@ def test_a_slow_request_behind_a_pipelined_one_is_a_408_after_its_answer(hasty) 
         client.assert_closed()
 
 
+@contextlib.contextmanager
+def campaigns_locked() -> Iterator[None]:
+    """Hold the campaign table: a server's campaign lookup (GET /api/v1/campaigns/ID) waits until the block
+    ends (a slow request)."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(f'LOCK TABLE "{Campaign._meta.db_table}" IN ACCESS EXCLUSIVE MODE')
+        yield
+
+
+def waiting_on_a_lock() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_clear_snapshot()")  # else the view is read once per transaction
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                       "AND wait_event_type = 'Lock'")
+        return int(cursor.fetchone()[0])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_request_the_server_stopped_reading_is_not_timed_out(hasty) -> None:
+    # More than MAX_QUEUED requests behind a slow one: reading pauses with the last one half read. The rest
+    # of it waits on the server, not on the client: no 408 however long the slow one takes.
+    count = 40
+    last = request("GET", "/healthz", {"X-Request-ID": "last-0001"})
+    with Client(hasty.port) as client:
+        with campaigns_locked():
+            client.send(request("GET", "/api/v1/campaigns/424242")
+                        + b"".join(request("GET", "/healthz") for _ in range(count)) + last[:20])
+            wait_until(waiting_on_a_lock, 10, "the slow request waits on the lock")
+            time.sleep(2.5)  # past the request timeout (1 s), checked once a second
+            client.send(last[20:])
+        replies = [client.reply() for _ in range(count + 2)]
+        client.assert_open()
+    assert [r.status for r in replies] == [404] + [200] * (count + 1)
+    assert replies[-1].header("x-request-id") == "last-0001"
+
+
 # ---------------------------------------------------------------------------------------------------------
 # The master: graceful stop, a worker killed, a port in use
 
@@ -786,14 +822,6 @@ def refused(port: int) -> bool:
     return False
 
 
-def waiting_on_a_lock() -> int:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_stat_clear_snapshot()")  # else the view is read once per transaction
-        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                       "AND wait_event_type = 'Lock'")
-        return int(cursor.fetchone()[0])
-
-
 @pytest.mark.django_db(transaction=True)
 def test_sigterm_answers_the_requests_in_hand_then_exits_0(own_server) -> None:
     started = own_server()
@@ -801,10 +829,7 @@ def test_sigterm_answers_the_requests_in_hand_then_exits_0(own_server) -> None:
     with slow, idle:
         idle.send(request("GET", "/healthz"))
         assert idle.reply().status == 200
-        with transaction.atomic():
-            # A campaign's lookup waits while this transaction holds its table: a request in hand
-            with connection.cursor() as cursor:
-                cursor.execute(f'LOCK TABLE "{Campaign._meta.db_table}" IN ACCESS EXCLUSIVE MODE')
+        with campaigns_locked():  # a request in hand
             slow.send(request("GET", "/api/v1/campaigns/424242", {"X-Request-ID": "slow-0001"})
                       + request("GET", "/healthz"))
             wait_until(waiting_on_a_lock, 10, "the slow request waits on the lock")

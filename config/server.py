@@ -14,11 +14,16 @@ about 106 us of CPU for a POST answered with fixed JSON, where this loop costs a
 A/B on this machine, bench/README.md), and that machinery was 60% of a claim's CPU. config/asgi.py's
 `application` still runs under any ASGI server (`granian --interface asgi config.asgi:application`).
 
-Limits: a request line and headers of at most 64 KiB (431), a body of at most the larger of Django's
-DATA_UPLOAD_MAX_MEMORY_SIZE and the claim's limit (413, by Content-Length before anything is read), a whole
-request within 30 s of its first byte (408), an idle connection closed after 60 s, at most 32 pipelined
-requests waiting before reading pauses. A malformed request is a 400 in the contract's JSON form, then the
-connection closes.
+Limits: a request line of at most 64 KiB (414) and headers of at most 64 KiB and 256 fields (431), a body of
+at most the larger of Django's DATA_UPLOAD_MAX_MEMORY_SIZE and the claim's limit (413, by Content-Length
+before anything is read), a whole request within 30 s of its first byte (408; not counting while reading is
+paused), an idle connection closed after 60 s, at most 32 pipelined requests waiting before reading pauses. A
+malformed request (CONNECT too) is a 400 in the contract's JSON form, then the connection closes. An Upgrade
+request is answered as a plain one, then the connection closes. A connection closed after an answer is
+half-closed first, and what the client still sends is read and dropped (2 s at most): closing with input
+unread would reset the connection, and the reset can destroy the answer before the client reads it.
+
+A port another process listens on (even another server of this kind, SO_REUSEPORT or not) is exit code 2.
 """
 from __future__ import annotations
 
@@ -247,7 +252,7 @@ class HttpConnection(asyncio.Protocol):
                     return
             elif name == b"expect" and value.lower() == b"100-continue" and request.version == "1.1":
                 request.expect_continue = True
-        if not self.busy:
+        if request.expect_continue and not self.busy:
             self.send_continue()
 
     def send_continue(self) -> None:

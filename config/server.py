@@ -56,6 +56,7 @@ HEADER_LIMIT = 64 * 1024  # the request line and the headers
 MAX_HEADERS = 256
 REQUEST_SECONDS = 30.0  # from a request's first byte to its last
 KEEP_ALIVE_SECONDS = 60.0  # an idle connection is closed after this
+_FEED_PIECE = 16 * 1024  # a read is handed to the parser in pieces of at most this size
 MAX_QUEUED = 32  # pipelined requests waiting on one connection before reading pauses
 LINGER_SECONDS = 2.0  # after a last answer, what the client still sends is read (and dropped) this long at most
 STOP_GRACE_SECONDS = 8.0  # a stopping worker finishes its requests in hand for at most this long
@@ -177,6 +178,16 @@ class HttpConnection(asyncio.Protocol):
         if self.done_reading:
             return
         self.last_active = self.loop.time()
+        if len(data) <= _FEED_PIECE:
+            self.feed(data)
+            return
+        view = memoryview(data)  # a large read, in pieces: see feed()
+        for start in range(0, len(data), _FEED_PIECE):
+            self.feed(view[start:start + _FEED_PIECE])
+            if self.done_reading:
+                return
+
+    def feed(self, data: bytes | memoryview) -> None:
         receiving = self.current
         try:
             self.parser.feed_data(data)
@@ -202,8 +213,9 @@ class HttpConnection(asyncio.Protocol):
             self.refuse(error_response(400, "invalid_request", "Malformed HTTP request."))
         else:
             # httptools keeps a header's name and value to itself until the header is complete: a header
-            # that never ends would grow without bound. A read that was all one request's head counts here
-            # (the read a request begins in does not: part of it may be the request before).
+            # that never ends would grow without bound. A piece that was all one request's head counts here
+            # (the piece a request begins in does not: part of it may be the request before; a piece is at
+            # most _FEED_PIECE bytes, so what the parser holds stays under HEADER_LIMIT + _FEED_PIECE).
             request = self.current
             if request is not None and request is receiving and not request.head_done:
                 request.head_received += len(data)

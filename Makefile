@@ -33,10 +33,10 @@ lint: $(STAMP)
 	DATABASE_URL=$${DATABASE_URL:-postgres://lint@localhost/lint} $(VENV)/bin/mypy .
 
 # The benchmark suite of issue 6 (bench/README.md): claim storm, selling, fixed rate, sold-out, drain, naive, Redis
-# memory, expiry sweep, each beside its baseline; JSON + SVG in bench/results/. Installs the bench extra (py-spy, granian).
+# memory, expiry sweep, each beside its baseline; JSON + SVG in bench/results/. Installs the bench extra (py-spy).
 .PHONY: bench
 bench: $(STAMP)
-	@test -x $(VENV)/bin/py-spy -a -x $(VENV)/bin/granian || { PYTHONWARNINGS=ignore $(PY) -m pip install -q -e '.[bench]' 2>&1 \
+	@test -x $(VENV)/bin/py-spy || { PYTHONWARNINGS=ignore $(PY) -m pip install -q -e '.[bench]' 2>&1 \
 	  | { grep -Ev "$(PIP_NOISE)" || true; }; }
 	$(PY) bench/suite.py $(ARGS)
 

@@ -82,13 +82,19 @@ def process_env() -> dict[str, str]:
 def http_server(transactional_db: Any) -> Iterator[str]:
     """Serve the project over real HTTP, as the run command does, against the test database."""
     port = free_port()
-    command = web_command(port)  # the run command's own server and options
+    with serving(resolve(web_command(port)), port) as url:  # the run command's own server and options
+        yield url
+
+
+@contextlib.contextmanager
+def serving(argv: list[str], port: int) -> Iterator[str]:
+    """Run a web server command against the test database until the block ends; yield its URL once /healthz
+    answers."""
     STATIC_ROOT.mkdir(parents=True, exist_ok=True)
     # Its output goes to a file: a pipe nobody reads would stop the server once 64 KiB of log lines filled it.
     log = tempfile.TemporaryFile()
     proc = subprocess.Popen(
-        resolve(command),
-        cwd=ROOT, env=process_env(), stdout=subprocess.DEVNULL, stderr=log,
+        argv, cwd=ROOT, env=process_env(), stdout=subprocess.DEVNULL, stderr=log,
         start_new_session=True,  # its own process group: the teardown stops the workers too
     )
     url = f"http://127.0.0.1:{port}"

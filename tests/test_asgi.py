@@ -1,22 +1,40 @@
-"""The ASGI server (config/asgi.py, what `make run` serves) over real HTTP: the claim answers exactly as the
-Django view does, and every other request is Django's, as a WSGI server would hand it over."""
+"""The web application (config/asgi.py) over real HTTP, served both ways the project offers: by its own server
+(config/server.py, what `make run` serves) and as the contract's ASGI process `config.asgi:application` under
+an ASGI server (granian). The claim answers exactly as the Django view does, and every other request is
+Django's, as a WSGI server would hand it over."""
 from __future__ import annotations
 
 import http.client
 import json
+import sys
 import urllib.parse
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from campaigns.redis_state import campaign_keys, redis_client
 from config.auth import mint_token
+from config.devstack import resolve, web_command
 from config.wsgi import django_application
 
-from .conftest import run_coroutine
+from .conftest import free_port, run_coroutine, serving
 from .test_fastpath import CASES, call
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(params=["config.server", "granian-asgi"])
+def http_server(request: pytest.FixtureRequest, transactional_db: Any) -> Iterator[str]:
+    """Each test of this file runs against both servers."""
+    port = free_port()
+    if request.param == "config.server":
+        argv = resolve(web_command(port))
+    else:
+        argv = [sys.executable, "-m", "granian", "--interface", "asgi", "config.asgi:application",
+                "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+    with serving(argv, port) as url:
+        yield url
 
 
 def send(url: str, method: str, path: str, *, headers: dict[str, str] | None = None, body: bytes | None = None,

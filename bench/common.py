@@ -124,20 +124,27 @@ class Child:
     log_path: Path
 
 
+def proc_stat(pid: int | str) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command name (state first), or None if it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def cpu_seconds(fields: list[str]) -> float:
+    """User + system CPU seconds from proc_stat()'s fields."""
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def session_cpu(sid: int) -> float:
-    """CPU seconds (user + system) of the processes of a session: a server started by Processes.start (its
-    master and workers), read from /proc."""
+    """CPU seconds of the processes of a session: a server started by Processes.start (its master and
+    workers)."""
     total = 0.0
     for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[3]) == sid:  # field 6 of stat: the session id
-            total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
+        if entry.name.isdigit() and (fields := proc_stat(entry.name)) is not None and int(fields[3]) == sid:
+            total += cpu_seconds(fields)  # fields[3]: the session id
+    return total
 
 
 class Processes:
@@ -329,11 +336,8 @@ class BackendCPU(threading.Thread):
 
     @staticmethod
     def cpu_of(pid: int) -> float | None:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            return None
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        fields = proc_stat(pid)
+        return None if fields is None else cpu_seconds(fields)
 
     def _sample(self, conn: Any, initial: bool) -> None:
         pids = [r[0] for r in conn.execute("SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> "

@@ -40,6 +40,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -345,22 +346,34 @@ class Suite:
                      "met": bool(claim["requests_per_s"] >= 17_000 and (claim.get("p99_ms") or 1e9) <= 20)},
         }
 
+    @contextlib.contextmanager
+    def side_server(self, name: str, argv: Callable[[int], list[str]], ready_path: str,
+                    timeout: float = 90.0) -> Iterator[tuple[common.Child, str]]:
+        """A server beside the web server (a baseline) on a free port: started, its URL once `ready_path`
+        answers, stopped at the end of the block."""
+        port = free_port()
+        child = self.procs.start(name, argv(port), self.env)
+        try:
+            base = f"http://127.0.0.1:{port}"
+            wait_until(name, lambda: http_ok(base + ready_path), self.procs, timeout=timeout)
+            yield child, base
+        finally:
+            self.procs.stop(child)
+
     def granian_selling(self) -> dict[str, Any]:
         """The same claims to the same application (config/asgi.py) under granian's ASGI interface, the web
         server before config/server.py, with the same workers: what the project's own server gains."""
         a = self.args
-        port = free_port()
-        server = self.procs.start("granian", [
-            sys.executable, "-m", "granian", "--interface", "asgi", "config.asgi:application", "--host", "127.0.0.1",
-            "--port", str(port), "--workers", str(a.workers)], self.env)
-        try:
-            wait_until("granian", lambda: http_ok(f"http://127.0.0.1:{port}{a.bare_path}"), self.procs)
+
+        def argv(port: int) -> list[str]:
+            return [sys.executable, "-m", "granian", "--interface", "asgi", "config.asgi:application",
+                    "--host", "127.0.0.1", "--port", str(port), "--workers", str(a.workers)]
+
+        with self.side_server("granian", argv, a.bare_path) as (server, base):
             before = self.stock(self.sell_id) or 0
             return self.wrk_with_ticker("granian ASGI selling", self.sell_id,
                                         lambda: f"sold {before - (self.stock(self.sell_id) or 0):,}",
-                                        url=f"http://127.0.0.1:{port}", server=server)
-        finally:
-            self.procs.stop(server)
+                                        url=base, server=server)
 
     def phase_fixed(self) -> None:
         """Fixed-rate latency at 80% and 50% of each one's measured maximum (coordinated-omission free)."""
@@ -518,19 +531,17 @@ class Suite:
             "then the same claims to bench/bare_post.py: the same server, a fixed answer")
         soldout = self.wrk_with_ticker("couponrush sold-out", self.storm_id, lambda: "answering sold_out")
         bare = self.wrk_with_ticker("bare again", None, lambda: "GET " + a.bare_path, url=self.base + a.bare_path)
-        port = free_port()
-        server = self.procs.start("bare-post", [
-            sys.executable, str(BENCH_DIR / "bare_post.py"), "--host", "127.0.0.1", "--port", str(port),
-            "--workers", str(a.workers), *shlex.split(a.server_args)], self.env)
-        try:
-            wait_until("bare-post", lambda: http_ok(f"http://127.0.0.1:{port}/"), self.procs)
+
+        def argv(port: int) -> list[str]:
+            return [sys.executable, str(BENCH_DIR / "bare_post.py"), "--host", "127.0.0.1", "--port", str(port),
+                    "--workers", str(a.workers), *shlex.split(a.server_args)]
+
+        with self.side_server("bare-post", argv, "/") as (server, base):
             bare_post = self.wrk_with_ticker("bare POST", self.storm_id, lambda: "POST, body read, fixed answer",
-                                             url=f"http://127.0.0.1:{port}", server=server)
-        finally:
-            self.procs.stop(server)
+                                             url=base, server=server)
         self.report["scenarios"]["soldout"] = {
             "what": "claims on a sold-out campaign (local sold-out flag) vs the bare endpoint of the same server, "
-                    "and vs the same claim requests to a bare ASGI app that reads the body and answers fixed JSON "
+                    "and vs the same claim requests to the same server answering fixed JSON once the body is in "
                     "(bench/bare_post.py: config/server.py with the web server's workers and options)",
             "couponrush": soldout, "bare": bare, "bare_post": bare_post,
             "ratios": {"soldout_over_bare": ratio(soldout["requests_per_s"], bare["requests_per_s"]),
@@ -546,21 +557,19 @@ class Suite:
         a = self.args
         campaign = 1
         naive_claim.prepare(self.stores.database_url, campaign, a.sell_stock)
-        port = free_port()
-        argv = common.resolve(["granian", "--interface", "wsgi", "naive_claim:app", "--working-dir", str(BENCH_DIR),
-                               "--host", "127.0.0.1", "--port", str(port), "--workers", str(a.workers),
-                               "--blocking-threads", "16"])
+
+        def argv(port: int) -> list[str]:
+            return common.resolve(["granian", "--interface", "wsgi", "naive_claim:app", "--working-dir",
+                                   str(BENCH_DIR), "--host", "127.0.0.1", "--port", str(port), "--workers",
+                                   str(a.workers), "--blocking-threads", "16"])
+
         log(f"== naive: UPDATE ... WHERE stock > 0 + INSERT in one PostgreSQL transaction, stock {a.sell_stock:,}")
-        child = self.procs.start("naive", argv, self.env)
-        try:
-            wait_until("naive server", lambda: http_ok(f"http://127.0.0.1:{port}/healthz"), self.procs, timeout=30)
+        with self.side_server("naive", argv, "/healthz", timeout=30) as (_, base):
             before = naive_claim.balance(self.stores.database_url, campaign)
             naive = self.wrk_with_ticker(
                 "naive PostgreSQL", campaign,
                 lambda: f"claims in PostgreSQL {naive_claim.balance(self.stores.database_url, campaign)['claims']:,}",
-                url=f"http://127.0.0.1:{port}", offset_key=-4)
-        finally:
-            self.procs.stop(child)
+                url=base, offset_key=-4)
         after = naive_claim.balance(self.stores.database_url, campaign)
         sell = self.report["scenarios"].get("selling", {}).get("couponrush", {})
         self.report["scenarios"]["naive"] = {

@@ -80,14 +80,40 @@ class Application:
         await respond(send, *alive_response(environ_headers(scope)))
 
     async def django(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
-        environ = environ_headers(scope)
-        body = await read_body(receive, environ, self.body_limit)
+        meta = environ_headers(scope)
+        body = await read_body(receive, meta, self.body_limit)
+        raw_path = scope.get("raw_path")
+        server = scope.get("server") or ("localhost", 80)
+        await respond(send, *await self.django_response(
+            meta, body, method=scope["method"], path=wsgi_path(raw_path) if raw_path else scope["path"],
+            query=scope["query_string"], server=(str(server[0]), int(server[1] or 80)),
+            version=scope.get("http_version", "1.1"), scheme=scope.get("scheme", "http")))
+
+    async def django_response(self, meta: dict[str, Any], body: bytes, *, method: str, path: str, query: bytes,
+                              server: tuple[str, int], version: str, scheme: str) -> Response:
+        """Django's answer to a request whose headers headers_environ() gave (meta, completed here into its
+        WSGI environ) and whose body was read up to body_limit + 1 bytes (b"" when its Content-Length is over
+        the limit: Django refuses it by that)."""
         if len(body) > self.body_limit:  # a chunked body over the limit
-            await respond(send, *too_large_response())
-            return
-        environ.update(wsgi_environ(scope, body))
-        environ.setdefault("CONTENT_LENGTH", str(len(body)))  # a chunked body, now read whole
-        await respond(send, *await self.wsgi_response(environ))
+            return too_large_response()
+        meta.setdefault("CONTENT_LENGTH", str(len(body)))  # a chunked body, now read whole
+        meta.update({
+            "REQUEST_METHOD": method,
+            "SCRIPT_NAME": "",
+            "PATH_INFO": path,
+            "QUERY_STRING": query.decode("latin-1"),
+            "SERVER_NAME": server[0],
+            "SERVER_PORT": str(server[1]),
+            "SERVER_PROTOCOL": f"HTTP/{version}",
+            "wsgi.version": (1, 0),
+            "wsgi.url_scheme": scheme,
+            "wsgi.input": io.BytesIO(body),
+            "wsgi.errors": sys.stderr,
+            "wsgi.multithread": True,
+            "wsgi.multiprocess": True,
+            "wsgi.run_once": False,
+        })
+        return await self.wsgi_response(meta)
 
     def wsgi_response(self, environ: dict[str, Any]) -> Awaitable[Response]:
         """Django's answer to a WSGI environ, from a thread of the pool."""
@@ -197,27 +223,9 @@ def _environ_key(raw_name: bytes) -> str | None:
     return key
 
 
-def wsgi_environ(scope: dict[str, Any], body: bytes) -> dict[str, Any]:
-    """The rest of a WSGI environ (PEP 3333) for a request whose headers environ_headers() gave."""
-    server = scope.get("server") or ("localhost", 80)
-    raw_path = scope.get("raw_path")
-    path = unquote_to_bytes(raw_path).decode("latin-1") if raw_path else scope["path"]
-    return {
-        "REQUEST_METHOD": scope["method"],
-        "SCRIPT_NAME": "",
-        "PATH_INFO": path,
-        "QUERY_STRING": scope["query_string"].decode("latin-1"),
-        "SERVER_NAME": str(server[0]),
-        "SERVER_PORT": str(server[1]),
-        "SERVER_PROTOCOL": f"HTTP/{scope.get('http_version', '1.1')}",
-        "wsgi.version": (1, 0),
-        "wsgi.url_scheme": scope.get("scheme", "http"),
-        "wsgi.input": io.BytesIO(body),
-        "wsgi.errors": sys.stderr,
-        "wsgi.multithread": True,
-        "wsgi.multiprocess": True,
-        "wsgi.run_once": False,
-    }
+def wsgi_path(raw_path: bytes) -> str:
+    """A request's percent-encoded path as WSGI's PATH_INFO holds it: the decoded bytes as latin-1."""
+    return (unquote_to_bytes(raw_path) if b"%" in raw_path else raw_path).decode("latin-1")
 
 
 async def read_body(receive: Receive, meta: dict[str, Any], limit: int) -> bytes:

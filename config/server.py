@@ -34,7 +34,6 @@ import email.utils
 import errno
 import gc
 import http
-import io
 import logging
 import mimetypes
 import os
@@ -45,7 +44,6 @@ import time
 from collections import deque
 from pathlib import Path
 from typing import Any, cast
-from urllib.parse import unquote_to_bytes
 
 import httptools
 import orjson
@@ -467,8 +465,7 @@ class Worker:
             url = httptools.parse_url(request.url)
         except httptools.HttpParserInvalidURLError:  # one llhttp let through (http://host:99999/)
             return error_response(400, "invalid_request", "Malformed request target.")
-        raw_path = url.path or b"/"
-        path = (unquote_to_bytes(raw_path) if b"%" in raw_path else raw_path).decode("latin-1")
+        path = asgi.wsgi_path(url.path or b"/")
         meta = asgi.headers_environ(request.headers, connection.client)
         method = request.method
         if method == "POST":
@@ -482,27 +479,9 @@ class Worker:
                 found = await self.static_file(path, meta)
                 if found is not None:
                     return found
-        if len(request.body) > self.body_limit:  # a chunked body over the limit
-            return asgi.too_large_response()
         body = b"" if request.skip_body else bytes(request.body)  # skipped: Django refuses its Content-Length
-        meta.setdefault("CONTENT_LENGTH", str(len(body)))  # a chunked body, now read whole
-        meta.update({
-            "REQUEST_METHOD": method,
-            "SCRIPT_NAME": "",
-            "PATH_INFO": path,
-            "QUERY_STRING": (url.query or b"").decode("latin-1"),
-            "SERVER_NAME": connection.server[0],
-            "SERVER_PORT": str(connection.server[1]),
-            "SERVER_PROTOCOL": f"HTTP/{request.version}",
-            "wsgi.version": (1, 0),
-            "wsgi.url_scheme": "http",
-            "wsgi.input": io.BytesIO(body),
-            "wsgi.errors": sys.stderr,
-            "wsgi.multithread": True,
-            "wsgi.multiprocess": True,
-            "wsgi.run_once": False,
-        })
-        return await self.app.wsgi_response(meta)
+        return await self.app.django_response(meta, body, method=method, path=path, query=url.query or b"",
+                                              server=connection.server, version=request.version, scheme="http")
 
     async def static_file(self, path: str, meta: dict[str, Any]) -> Response | None:
         """A file under the static mount (None when there is no such file: Django answers then)."""

@@ -13,7 +13,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from django.conf import settings
@@ -78,6 +78,9 @@ def process_env() -> dict[str, str]:
     return env
 
 
+T = TypeVar("T")
+
+
 @pytest.fixture
 def http_server(transactional_db: Any) -> Iterator[str]:
     """Serve the project over real HTTP, as the run command does, against the test database."""
@@ -114,6 +117,18 @@ def serving(argv: list[str], port: int) -> Iterator[str]:
     finally:
         stop_group(proc)
         log.close()
+
+
+def wait_for(predicate: Callable[[], T], timeout: float = 10.0, interval: float = 0.1, what: str = "") -> T:
+    """Poll `predicate` until it returns something truthy; return that, or fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+        time.sleep(interval)
 
 
 def stop_group(proc: subprocess.Popen[bytes]) -> None:

@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple
 
 import pytest
 from django.conf import settings
@@ -31,13 +31,12 @@ from config.auth import mint_token
 from config.devstack import resolve, web_command
 from config.server import HEADER_LIMIT, MAX_HEADERS, RESTARTS, STOP_GRACE_SECONDS
 
-from .conftest import ROOT, free_port, process_env, stop_group
+from .conftest import ROOT, free_port, process_env, stop_group, wait_for
 
 # The servers run against the test database: every test has it set up (in a transaction of its own, which
 # the servers never see); a test whose data a server must see commits it (transaction=True).
 pytestmark = pytest.mark.django_db
 
-T = TypeVar("T")
 BODY_LIMIT = max(settings.DATA_UPLOAD_MAX_MEMORY_SIZE, MAX_BODY_BYTES)  # config.asgi.Application.body_limit
 SECRET = b"the secret outside the static mount"
 MTIME = 1_700_000_000  # the static files' modification time
@@ -48,18 +47,6 @@ CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 # ---------------------------------------------------------------------------------------------------------
 # A server of its own, and a raw HTTP/1.1 client
-
-
-def wait_until(check: Callable[[], T], seconds: float = 10.0, what: str = "the condition") -> T:
-    """Poll `check` until it returns something true; fail after `seconds`."""
-    deadline = time.monotonic() + seconds
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what}: still not true after {seconds:g} s")
-        time.sleep(0.02)
 
 
 class Server:
@@ -77,7 +64,7 @@ class Server:
             self.proc = subprocess.Popen(resolve([*command, *options]), cwd=ROOT, env=process_env(),
                                          stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True)
         try:
-            wait_until(self.ready, 30, "the server answers /healthz")
+            wait_for(self.ready, 30, 0.02, "the server answers /healthz")
         except BaseException:
             self.stop()
             raise
@@ -815,7 +802,7 @@ def test_a_request_the_server_stopped_reading_is_not_timed_out(hasty) -> None:
         with campaigns_locked():
             client.send(request("GET", "/api/v1/campaigns/424242")
                         + b"".join(request("GET", "/healthz") for _ in range(count)) + last[:20])
-            wait_until(waiting_on_a_lock, 10, "the slow request waits on the lock")
+            wait_for(waiting_on_a_lock, 10, 0.02, "the slow request waits on the lock")
             time.sleep(2.5)  # past the request timeout (1 s), checked once a second
             client.send(last[20:])
         replies = [client.reply() for _ in range(count + 2)]
@@ -846,12 +833,12 @@ def test_sigterm_answers_the_requests_in_hand_then_exits_0(own_server) -> None:
         with campaigns_locked():  # a request in hand
             slow.send(request("GET", "/api/v1/campaigns/424242", {"X-Request-ID": "slow-0001"})
                       + request("GET", "/healthz"))
-            wait_until(waiting_on_a_lock, 10, "the slow request waits on the lock")
+            wait_for(waiting_on_a_lock, 10, 0.02, "the slow request waits on the lock")
             stopping = time.monotonic()
             os.kill(started.proc.pid, signal.SIGTERM)
 
             idle.assert_closed()  # an idle connection is closed at once
-            wait_until(lambda: refused(started.port), 5, "a new connection is refused")
+            wait_for(lambda: refused(started.port), 5, 0.02, "a new connection is refused")
             assert started.proc.poll() is None and started.workers()  # a worker still answers the slow one
             slow.assert_open()
         reply = slow.reply()  # the transaction has ended: the lookup proceeds
@@ -875,13 +862,13 @@ def answered_by(port: int) -> str:
 
 def test_a_killed_worker_is_replaced_and_no_connection_is_refused_meanwhile(own_server) -> None:
     started = own_server()
-    workers = wait_until(lambda: (lambda w: w if len(w) == 2 else None)(started.workers()), 10, "two workers")
+    workers = wait_for(lambda: (lambda w: w if len(w) == 2 else None)(started.workers()), 10, 0.02, "two workers")
     prefixes: set[str] = set()
-    wait_until(lambda: prefixes.add(answered_by(started.port)) or len(prefixes) == 2, 20, "both workers answer")
+    wait_for(lambda: prefixes.add(answered_by(started.port)) or len(prefixes) == 2, 20, 0.02, "both workers answer")
 
     victim, survivor = sorted(workers)
     os.kill(victim, signal.SIGKILL)
-    replacement = wait_until(lambda: started.workers() - {survivor, victim}, 10, "a new worker")
+    replacement = wait_for(lambda: started.workers() - {survivor, victim}, 10, 0.02, "a new worker")
     assert victim not in replacement and survivor in started.workers()
 
     # The new worker is still starting: connections to its socket wait in the queue the master kept
@@ -902,11 +889,12 @@ def test_a_killed_worker_is_replaced_and_no_connection_is_refused_meanwhile(own_
 
 def test_a_worker_dying_again_and_again_stops_the_server_with_1(own_server) -> None:
     started = own_server()
-    workers = wait_until(lambda: (lambda w: w if len(w) == 2 else None)(started.workers()), 10, "two workers")
+    workers = wait_for(lambda: (lambda w: w if len(w) == 2 else None)(started.workers()), 10, 0.02, "two workers")
     victim, survivor = sorted(workers)
     for _ in range(RESTARTS):
         os.kill(victim, signal.SIGKILL)
-        victim = wait_until(lambda v=victim: next(iter(started.workers() - {v, survivor}), None), 10, "a new worker")
+        victim = wait_for(lambda v=victim: next(iter(started.workers() - {v, survivor}), None), 10, 0.02,
+                          "a new worker")
     os.kill(victim, signal.SIGKILL)  # one death too many
     assert started.proc.wait(STOP_GRACE_SECONDS + 5) == 1
     assert group_gone(started.proc.pid)  # the master waited for the other worker

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -140,13 +139,3 @@ def save_screenshot(page: Any, name: str) -> Path:
     return path
 
 
-def wait_for(predicate: Any, timeout: float = 10.0, interval: float = 0.1) -> Any:
-    """Poll `predicate` until it returns something truthy; return that, or fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {predicate}")
-        time.sleep(interval)

@@ -13,7 +13,8 @@ from campaigns.models import Campaign
 from config.auth import mint_token
 from coupons.models import Coupon
 
-from .conftest import save_screenshot, wait_for
+from ..conftest import wait_for
+from .conftest import save_screenshot
 
 
 def claim(server: str, campaign_id: int, user: str) -> dict[str, Any]:

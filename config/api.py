@@ -125,9 +125,10 @@ def json_object_of(meta: Mapping[str, Any], read_body: Callable[[], bytes], *, a
     length_text = meta.get("CONTENT_LENGTH") or "0"
     if CONTENT_LENGTH_RE.fullmatch(length_text) is None:
         raise BadRequest("Bad Content-Length.")
-    if int(length_text) > MAX_BODY_BYTES:
+    length = int(length_text)
+    if length > MAX_BODY_BYTES:
         raise PayloadTooLarge()
-    if int(length_text) == 0 and "chunked" not in (meta.get("HTTP_TRANSFER_ENCODING") or "").lower():
+    if length == 0 and "chunked" not in (meta.get("HTTP_TRANSFER_ENCODING") or "").lower():
         return {}  # nothing to read (the common claim: no body at all)
     try:
         raw = read_body()
@@ -139,8 +140,9 @@ def json_object_of(meta: Mapping[str, Any], read_body: Callable[[], bytes], *, a
         if allow_empty:
             return {}
         raise BadRequest("A JSON object body is required.")
-    content_type = (meta.get("CONTENT_TYPE") or "").split(";")[0].strip().lower()
-    if content_type not in ("application/json", ""):
+    content_type = meta.get("CONTENT_TYPE") or ""
+    if content_type != "application/json" and content_type.split(";")[0].strip().lower() not in ("application/json",
+                                                                                                  ""):
         raise UnsupportedMediaType()
     if raw == b"{}":
         return {}  # the usual claim body, without the parser

@@ -40,7 +40,7 @@ from coupons.selectors import coupon_for_claim
 from . import ledger
 from .metrics import CLAIM_TALLY
 from .models import Claim, ClaimStatus
-from .services import ClaimOutcome, claim_cancel, claim_create, claim_create_async
+from .services import ClaimOutcome, claim_cancel, claim_create, claim_create_async, known_sold_out
 
 REPLAYED = {"Idempotent-Replayed": "true"}
 
@@ -73,6 +73,9 @@ def claim_answer(meta: Mapping[str, Any], campaign_id_text: str, read_body: Call
         request = claim_request_of(meta, campaign_id_text, read_body)
     except ApplicationError as exc:
         return _refused(exc, None, started)
+    known = known_sold_out(request.campaign_id, request.idempotency_key)
+    if known is not None:  # decided in this process: nothing to trace, nothing logs
+        return _answered(known, started)
     with _Claiming(request, started) as claiming:
         try:
             return claiming.answered(claim_create(**request.arguments))
@@ -87,6 +90,9 @@ async def claim_answer_async(meta: Mapping[str, Any], campaign_id_text: str, bod
         request = claim_request_of(meta, campaign_id_text, lambda: body)
     except ApplicationError as exc:
         return _refused(exc, None, started)
+    known = known_sold_out(request.campaign_id, request.idempotency_key)
+    if known is not None:
+        return _answered(known, started)
     with _Claiming(request, started) as claiming:
         try:
             return claiming.answered(await claim_create_async(**request.arguments))

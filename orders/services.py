@@ -122,7 +122,7 @@ def claim_create(
     Raise NotFound (unknown or unpublished campaign), RateLimited, or Unavailable (Redis down, or the
     campaign's state lost from Redis and not yet rebuilt). Ids and the IP must be validated by the caller.
     """
-    known = _known_sold_out(campaign_id, idempotency_key)
+    known = known_sold_out(campaign_id, idempotency_key)
     if known is not None:
         return known
     try:
@@ -154,7 +154,7 @@ async def claim_create_async(
     if hot().redis_cluster:
         return await asyncio.to_thread(claim_create, campaign_id=campaign_id, user_id=user_id,
                                        idempotency_key=idempotency_key, client_ip=client_ip)
-    known = _known_sold_out(campaign_id, idempotency_key)
+    known = known_sold_out(campaign_id, idempotency_key)
     if known is not None:
         return known
     try:
@@ -168,7 +168,10 @@ async def claim_create_async(
     return _claim_outcome(campaign_id, result)
 
 
-def _known_sold_out(campaign_id: int, idempotency_key: str | None) -> ClaimOutcome | None:
+def known_sold_out(campaign_id: int, idempotency_key: str | None) -> ClaimOutcome | None:
+    """The sold_out outcome when this process saw the campaign sold out less than _SOLD_OUT_FOR_SECONDS ago
+    (answered without Redis); None otherwise, and always for a claim with an Idempotency-Key (whose repeat
+    must get its first answer, which only Redis knows)."""
     if idempotency_key is None and _sold_out_until.get(campaign_id, 0.0) > time.monotonic():
         return ClaimOutcome(ClaimCode.SOLD_OUT, CLAIM_STATUSES[ClaimCode.SOLD_OUT], campaign_id, None)
     return None

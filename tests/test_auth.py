@@ -1,3 +1,5 @@
+import hashlib
+import hmac
 import time
 
 import pytest
@@ -8,6 +10,14 @@ from config.auth import authenticate, mint_token, token_signature
 
 def test_minted_token_authenticates_its_user() -> None:
     assert authenticate("shopper_1-A", mint_token("shopper_1-A", ttl=60)) == "shopper_1-A"
+
+
+@pytest.mark.parametrize("secret", ["s", "x" * 64, "y" * 65, "a longer secret of the kind production uses " * 3])
+def test_signature_is_the_contracts_hmac_sha256_for_any_secret_length(secret: str) -> None:
+    with override_settings(COUPONS_TOKEN_SECRET=secret):
+        expected = hmac.new(secret.encode(), b"alice.1764470000", hashlib.sha256).hexdigest()
+        assert token_signature("alice", 1764470000) == expected
+        assert authenticate("alice", f"{int(time.time()) + 60}.{'0' * 64}") is None
 
 
 def test_token_of_another_user_is_refused() -> None:

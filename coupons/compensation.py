@@ -27,9 +27,10 @@ from .replay import disagreements, fold
 # is the same from 1,000 to 10,000 rows per batch (200,000 coupons: 63-67 us); bigger batches only hold row
 # locks longer (5,000: p95 274 ms).
 BATCH_SIZE = 2000
-# Connections expiring at once. A batch statement keeps one PostgreSQL backend busy on one core (~55-65 us of
-# CPU per coupon on the bench machine: about a third the two foreign-key checks of its event, run one by one
-# at commit; a third the row's new version in 5 indexes and the event's 3; the rest heap, WAL and row locks);
+# Connections expiring at once. A batch statement keeps one PostgreSQL backend busy on one core (~45-60 us of
+# CPU per coupon on the bench machine: half the row's new version in 5 indexes (EXPLAIN: 24 buffers per row),
+# then the event's insert and its 3 index entries, the foreign-key check of its coupon at commit (its
+# campaign has no constraint of its own: 1.09x coupons/s without it), heap, WAL and row locks);
 # a second connection works on the next due rows on the other core: 1.4x coupons/s on the 2-core bench
 # machine (bench/README.md). Each batch stays one statement and one transaction; events stay exactly once.
 SWEEP_CONNECTIONS = 2

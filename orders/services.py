@@ -523,7 +523,7 @@ def drain_campaign(
 
 
 # Connections draining one campaign at once when a backlog waits (a full batch came back). A batch keeps one
-# PostgreSQL backend busy on one core (its claim, coupon and event rows, 14 index entries, 4 foreign-key
+# PostgreSQL backend busy on one core (its claim, coupon and event rows, 14 index entries, 3 foreign-key
 # checks); a second connection reads the next entries of the consumer group (XREADGROUP never hands one
 # entry to both) and persists them on the other core. Each batch is still read, persisted in one
 # transaction, then acknowledged, so a crash of either leaves its entries pending for the reclaim.
@@ -734,13 +734,14 @@ class _PersistedSide:
     coupons: int
     issued: int  # claims no longer pending
     orphans: int  # issued claims without a coupon
+    misfiled_events: int  # events of the campaign's coupons filed under another campaign, or the reverse
 
 
 def _persisted_side(campaign: Campaign, snap: ledger.LedgerSnapshot) -> _PersistedSide:
     """PostgreSQL's side of the balance in one statement, so one snapshot: a drain committing meanwhile is
     seen by all of it or by none (separate queries counted such an entry twice, as persisted and as missing)."""
     ms, seq = (int(part) for part in snap.last_id.split("-"))
-    claims, coupons = Claim._meta.db_table, Coupon._meta.db_table
+    claims, coupons, events = Claim._meta.db_table, Coupon._meta.db_table, CouponEvent._meta.db_table
     with connection.cursor() as cursor:
         cursor.execute(
             f"""
@@ -757,16 +758,19 @@ def _persisted_side(campaign: Campaign, snap: ledger.LedgerSnapshot) -> _Persist
               (SELECT count(*) FROM {coupons} WHERE campaign_id = %(campaign)s),
               (SELECT count(*) FROM c WHERE status <> %(pending)s),
               (SELECT count(*) FROM c WHERE status = %(issued)s AND NOT EXISTS (
-                 SELECT 1 FROM {coupons} AS k WHERE k.campaign_id = %(campaign)s AND k.claim_id = c.claim_id))
+                 SELECT 1 FROM {coupons} AS k WHERE k.campaign_id = %(campaign)s AND k.claim_id = c.claim_id)),
+              (SELECT count(*) FROM {events} AS e JOIN {coupons} AS k ON k.id = e.coupon_id
+                 WHERE (e.campaign_id = %(campaign)s OR k.campaign_id = %(campaign)s)
+                   AND e.campaign_id IS DISTINCT FROM k.campaign_id)
             """,
             {"campaign": campaign.pk, "ms": ms, "seq": seq, "ledger": [e.claim_id for e in snap.entries],
              "given": sorted(snap.cancelled), "cancelled": ClaimStatus.CANCELLED, "pending": ClaimStatus.PENDING,
              "issued": ClaimStatus.ISSUED},
         )
-        per_user, persisted, in_ledger, cancelled, owners, coupon_count, issued, orphans = cursor.fetchone()
+        per_user, persisted, in_ledger, cancelled, owners, coupon_count, issued, orphans, misfiled = cursor.fetchone()
     return _PersistedSide(per_user=per_user, persisted=persisted, persisted_ledger_ids=set(in_ledger),
                           cancelled=list(cancelled), given_back_owners=owners, coupons=coupon_count, issued=issued,
-                          orphans=orphans)
+                          orphans=orphans, misfiled_events=misfiled)
 
 
 def campaign_verify(*, campaign: Campaign) -> Balance:
@@ -812,6 +816,8 @@ def campaign_verify(*, campaign: Campaign) -> Balance:
     }
     if side.orphans:
         balance.problems.append(f"{side.orphans} issued claims have no coupon")
+    if side.misfiled_events:
+        balance.problems.append(f"{side.misfiled_events} coupon events name another campaign than their coupon's")
     cancelled_in_db = set(side.cancelled)
     if cancelled_in_db != snap.cancelled:
         balance.problems.append(

@@ -328,3 +328,21 @@ def test_metrics_show_remaining_stock_backlog_and_its_age_per_live_campaign(clie
     assert f"couponrush_ledger_oldest_age_seconds{label}" in text and "couponrush_redis_up 1.0" in text
     drain_campaign(campaign_id=campaign.pk)
     assert f"couponrush_ledger_backlog{label} 0.0" in client.get("/metrics").content.decode()
+
+
+@pytest.mark.django_db
+def test_an_event_filed_under_another_campaign_than_its_coupons_unbalances_both(live_campaign) -> None:
+    campaign, other = live_campaign(total_stock=5), live_campaign(total_stock=5)
+    claim_many(campaign, ["s1", "s2"])
+    drain_campaign(campaign_id=campaign.pk)
+    assert campaign_verify(campaign=campaign).balanced and campaign_verify(campaign=other).balanced
+    coupon = Coupon.objects.filter(campaign=campaign).first()
+    assert coupon is not None
+
+    # No foreign key of its own checks an event's campaign (coupons.models.CouponEvent.campaign): verify does.
+    CouponEvent.objects.create(coupon=coupon, campaign=other, type="extended", source="test")
+
+    mine, theirs = campaign_verify(campaign=campaign), campaign_verify(campaign=other)
+    assert not mine.balanced and not theirs.balanced
+    assert mine.problems == theirs.problems == ["1 coupon events name another campaign than their coupon's"]
+    assert mine.right_side == mine.total_stock  # the stock itself balances

@@ -760,8 +760,9 @@ def _persisted_side(campaign: Campaign, snap: ledger.LedgerSnapshot) -> _Persist
               (SELECT count(*) FROM c WHERE status = %(issued)s AND NOT EXISTS (
                  SELECT 1 FROM {coupons} AS k WHERE k.campaign_id = %(campaign)s AND k.claim_id = c.claim_id)),
               (SELECT count(*) FROM {events} AS e JOIN {coupons} AS k ON k.id = e.coupon_id
-                 WHERE (e.campaign_id = %(campaign)s OR k.campaign_id = %(campaign)s)
-                   AND e.campaign_id IS DISTINCT FROM k.campaign_id)
+                 WHERE e.campaign_id = %(campaign)s AND k.campaign_id <> %(campaign)s)
+              + (SELECT count(*) FROM {coupons} AS k JOIN {events} AS e ON e.coupon_id = k.id
+                 WHERE k.campaign_id = %(campaign)s AND e.campaign_id <> %(campaign)s)
             """,
             {"campaign": campaign.pk, "ms": ms, "seq": seq, "ledger": [e.claim_id for e in snap.entries],
              "given": sorted(snap.cancelled), "cancelled": ClaimStatus.CANCELLED, "pending": ClaimStatus.PENDING,

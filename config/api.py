@@ -141,9 +141,9 @@ def json_object_of(meta: Mapping[str, Any], read_body: Callable[[], bytes], *, a
             return {}
         raise BadRequest("A JSON object body is required.")
     content_type = meta.get("CONTENT_TYPE") or ""
-    if content_type != "application/json" and content_type.split(";")[0].strip().lower() not in ("application/json",
-                                                                                                  ""):
-        raise UnsupportedMediaType()
+    if content_type != "application/json":  # the usual one needs no normalizing
+        if content_type.split(";")[0].strip().lower() not in ("application/json", ""):
+            raise UnsupportedMediaType()
     if raw == b"{}":
         return {}  # the usual claim body, without the parser
     try:

@@ -14,9 +14,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from config.server import HttpConnection, Request, Response, Worker, main  # noqa: E402
+from config.server import JSON_HEADERS, HttpConnection, Request, Response, Worker, main  # noqa: E402
 
-_HEADERS = [(b"content-type", b"application/json"), (b"x-content-type-options", b"nosniff")]
 _BODY = b'{"code":2,"status":"sold_out","claim_id":null,"campaign_id":0}'
 
 
@@ -30,7 +29,7 @@ class BareWorker(Worker):
         pass
 
     async def answer(self, request: Request, connection: HttpConnection) -> Response:
-        return 200, _HEADERS, _BODY
+        return 200, JSON_HEADERS, _BODY
 
 
 if __name__ == "__main__":

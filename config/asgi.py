@@ -36,13 +36,11 @@ from orders.apis import claim_answer_async  # noqa: E402
 
 from .api import CONTENT_LENGTH_RE, MAX_BODY_BYTES, body_of  # noqa: E402
 from .logs import request_id_from, request_id_var  # noqa: E402
+from .server import JSON_HEADERS, Response, error_response  # noqa: E402  (the HTTP server's, free of Django)
 
 log = logging.getLogger(__name__)
 CLAIM_PATH = re.compile(r"/api/v1/campaigns/([^/]+)/claim")
-_JSON_HEADERS = [(b"content-type", b"application/json"), (b"x-content-type-options", b"nosniff")]
 _ALIVE = orjson.dumps(body_of(0, "ok"))
-_TOO_LARGE = orjson.dumps(body_of(413, "payload_too_large", "The request body is too large."))
-Response = tuple[int, list[tuple[bytes, bytes]], bytes]  # status, headers, the whole body
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
@@ -95,7 +93,7 @@ class Application:
         WSGI environ) and whose body was read up to body_limit + 1 bytes (b"" when its Content-Length is over
         the limit: Django refuses it by that)."""
         if len(body) > self.body_limit:  # a chunked body over the limit
-            return too_large_response()
+            return error_response(413, "payload_too_large", "The request body is too large.")
         meta.setdefault("CONTENT_LENGTH", str(len(body)))  # a chunked body, now read whole
         meta.update({
             "REQUEST_METHOD": method,
@@ -151,17 +149,13 @@ async def claim_response(meta: dict[str, Any], campaign_id_text: str, body: byte
     finally:
         request_id_var.reset(token)
     extra = [(name.lower().encode(), value.encode()) for name, value in headers.items()]
-    return status, [*_JSON_HEADERS, (b"x-request-id", request_id.encode()), *extra], orjson.dumps(answer)
+    return status, [*JSON_HEADERS, (b"x-request-id", request_id.encode()), *extra], orjson.dumps(answer)
 
 
 def alive_response(meta: dict[str, Any]) -> Response:
     """GET /healthz: the process is alive when its event loop answers (the same body as the Django view;
     readiness, which needs the stores, is /readyz)."""
-    return 200, [*_JSON_HEADERS, (b"x-request-id", request_id_from(meta).encode())], _ALIVE
-
-
-def too_large_response() -> Response:
-    return 413, list(_JSON_HEADERS), _TOO_LARGE
+    return 200, [*JSON_HEADERS, (b"x-request-id", request_id_from(meta).encode())], _ALIVE
 
 
 async def respond(send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:

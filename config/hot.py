@@ -55,13 +55,11 @@ def hot() -> HotSettings:
 def _hmac_states(key: bytes) -> tuple[Any, Any]:
     """SHA-256 after the key's inner and outer pads: HMAC(key, m) = outer.copy() + inner.copy() + m, all in C
     (hmac.HMAC.copy() is Python, a third of a sold-out answer's signature check)."""
-    if len(key) > _SHA256_BLOCK:
+    block = hashlib.sha256().block_size
+    if len(key) > block:
         key = hashlib.sha256(key).digest()
-    key = key.ljust(_SHA256_BLOCK, b"\0")
+    key = key.ljust(block, b"\0")
     return (hashlib.sha256(key.translate(hmac.trans_36)), hashlib.sha256(key.translate(hmac.trans_5C)))
-
-
-_SHA256_BLOCK = 64
 
 
 def _forget(**kwargs: Any) -> None:

@@ -67,7 +67,8 @@ _DROPPED_HEADERS = frozenset({b"content-length", b"transfer-encoding", b"connect
 _STATUS_LINES: dict[int, bytes] = {}
 _STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
 
-Response = tuple[int, list[tuple[bytes, bytes]], bytes]
+Response = tuple[int, list[tuple[bytes, bytes]], bytes]  # status, headers, the whole body
+JSON_HEADERS = [(b"content-type", b"application/json"), (b"x-content-type-options", b"nosniff")]
 
 
 def status_line(status: int) -> bytes:
@@ -82,9 +83,8 @@ def status_line(status: int) -> bytes:
 
 
 def error_response(status: int, code: str, detail: str) -> Response:
-    body = {"code": status, "status": code, "detail": detail}
-    return status, [(b"content-type", b"application/json"), (b"x-content-type-options", b"nosniff")], \
-        orjson.dumps(body)
+    """An error in the contract's JSON form (config.api.body_of's, without importing Django)."""
+    return status, list(JSON_HEADERS), orjson.dumps({"code": status, "status": code, "detail": detail})
 
 
 class Request:

@@ -26,8 +26,12 @@ _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"messa
 
 
 def request_id_from(meta: Any) -> str:
-    """Return the incoming X-Request-ID if it is a sane token, else a new one."""
-    incoming = meta.get("HTTP_X_REQUEST_ID")
+    """Return the incoming X-Request-ID (of a WSGI environ) if it is a sane token, else a new one."""
+    return request_id_or_new(meta.get("HTTP_X_REQUEST_ID"))
+
+
+def request_id_or_new(incoming: str | None) -> str:
+    """Return `incoming` (an X-Request-ID header's value) if it is a sane token, else a new request id."""
     return incoming if incoming and REQUEST_ID_RE.fullmatch(incoming) else unique_hex()
 
 

@@ -75,7 +75,7 @@ def claim_answer(meta: Mapping[str, Any], campaign_id_text: str, read_body: Call
         return _refused(exc, None, started)
     known = known_sold_out(request.campaign_id, request.idempotency_key)
     if known is not None:  # decided in this process: nothing to trace, nothing logs
-        return _answered(known, started)
+        return claim_answered(known, started)
     with _Claiming(request, started) as claiming:
         try:
             return claiming.answered(claim_create(**request.arguments))
@@ -92,7 +92,7 @@ async def claim_answer_async(meta: Mapping[str, Any], campaign_id_text: str, bod
         return _refused(exc, None, started)
     known = known_sold_out(request.campaign_id, request.idempotency_key)
     if known is not None:
-        return _answered(known, started)
+        return claim_answered(known, started)
     with _Claiming(request, started) as claiming:
         try:
             return claiming.answered(await claim_create_async(**request.arguments))
@@ -125,7 +125,7 @@ class _Claiming:
 
     def answered(self, outcome: ClaimOutcome) -> Answer3:
         self.traced.set(outcome=outcome.status, claim_id=outcome.claim_id)
-        return _answered(outcome, self.started)
+        return claim_answered(outcome, self.started)
 
     def refused(self, exc: ApplicationError) -> Answer3:
         self.traced.set(outcome=exc.status)
@@ -154,7 +154,8 @@ def _refused(exc: ApplicationError, campaign: int | None, started: float) -> Ans
     return exc.http_status, body_of(exc.code, exc.status, exc.message, **exc.extra), error_headers(exc.http_status)
 
 
-def _answered(outcome: ClaimOutcome, started: float) -> Answer3:
+def claim_answered(outcome: ClaimOutcome, started: float) -> Answer3:
+    """The answer of a decided claim (counted: its outcome and its time since `started`)."""
     _count(str(outcome.campaign_id), outcome.status, started)
     body = {"code": outcome.code, "status": outcome.status, "claim_id": outcome.claim_id,
             "campaign_id": outcome.campaign_id}

@@ -365,6 +365,45 @@ def test_many_pipelined_requests_in_one_write_are_all_answered(server) -> None:
         client.assert_open()
 
 
+@pytest.mark.django_db(transaction=True)
+def test_sold_out_claims_answered_at_once_keep_their_order_among_answers_that_wait(server, live_campaign) -> None:
+    """A worker answers a sold-out claim in the parser's callback (Worker.answer_at_once), and a claim that
+    needs Redis or a request for Django from a task: in one pipelined write, every answer still comes back in
+    the order of the requests, and the sold-out ones are the claim's whole answer."""
+    campaign = live_campaign(total_stock=1)
+    path = f"/api/v1/campaigns/{campaign.pk}/claim"
+    json_type = {"Content-Type": "application/json"}
+    with Client(server.port) as client:
+        client.send(request("POST", path, shopper("first", **json_type), b"{}"))
+        assert client.reply().json()["status"] == "claimed"
+        for _ in range(2):  # each worker learns from the script that it is sold out (a connection stays on one)
+            client.send(request("POST", path, shopper("late", **json_type), b"{}"))
+            assert client.reply().json()["status"] == "sold_out"
+        pipelined = [
+            request("POST", path, shopper("s-1", **json_type, **{"X-Request-ID": "order-0001"}), b"{}"),
+            request("GET", f"/api/v1/campaigns/{campaign.pk}", {"X-Request-ID": "order-0002"}),  # Django, in a thread
+            request("POST", path, shopper("s-2", **{"X-Request-ID": "order-0003"})),
+            request("POST", path, shopper("s-3", **json_type, **{"X-Request-ID": "order-0004", "Idempotency-Key": "k"}),
+                    b"{}"),  # a key: Redis decides
+            request("POST", path, {"X-User-Id": "s-4", "X-Token": "1.bad", "X-Request-ID": "order-0005"}, b"{}"),
+            request("GET", "/healthz", {"X-Request-ID": "order-0006"}),
+            request("POST", path, shopper("s-5", **json_type, **{"X-Request-ID": "order-0007"}), b"{}"),
+        ]
+        client.send(b"".join(pipelined))
+        replies = [client.reply() for _ in pipelined]
+        client.assert_open()
+
+    assert [r.header("x-request-id") for r in replies] == [f"order-{i:04d}" for i in range(1, 8)]
+    assert [r.status for r in replies] == [200, 200, 200, 200, 401, 200, 200]
+    sold_out = {"code": 2, "status": "sold_out", "claim_id": None, "campaign_id": campaign.pk}
+    assert [replies[i].json() for i in (0, 2, 3, 6)] == [sold_out] * 4
+    assert replies[1].json()["id"] == campaign.pk and replies[1].json()["remaining"] == 0
+    assert replies[4].json()["status"] == "unauthenticated"
+    for reply in (replies[0], replies[6]):
+        assert [name.lower() for name, _ in reply.headers] == [
+            "content-type", "x-content-type-options", "x-request-id", "date", "content-length"]
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Bodies: chunked, 100-continue, over the limit
 

@@ -42,7 +42,7 @@ def is_user_id(value: str | None) -> bool:
 
 def authenticate(user_id: str | None, token: str | None, *, now: float | None = None) -> str | None:
     """Return the shopper's user id when the token is valid for it, else None."""
-    if user_id is None or token is None or USER_ID_RE.fullmatch(user_id) is None:
+    if not is_user_id(user_id) or token is None:
         return None
     match = TOKEN_RE.fullmatch(token)
     if match is None:

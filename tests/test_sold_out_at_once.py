@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import orjson
 import pytest
 from prometheus_client import REGISTRY
 
@@ -106,8 +107,6 @@ def sold_out(live_campaign: Any) -> Any:
 
 
 def orjson_status(response: tuple[int, list[tuple[bytes, bytes]], bytes]) -> str:
-    import orjson
-
     return str(orjson.loads(response[2])["status"])
 
 

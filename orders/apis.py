@@ -213,7 +213,7 @@ CLAIM_OPERATION = {
                     "properties": {
                         "code": {"type": "integer", "enum": [0, 1, 2, 3, 4, 5]},
                         "status": {"type": "string", "enum": list(_CLAIM_EXAMPLES)},
-                        "claim_id": {"type": "string", "nullable": True},
+                        "claim_id": {"type": "string", "nullable": True, "pattern": f"^{ledger.CLAIM_ID_RE.pattern}$"},
                         "campaign_id": {"type": "integer"},
                     },
                 },

@@ -36,7 +36,7 @@ from django.conf import settings  # noqa: E402  (after Django is set up: the imp
 from orders.apis import claim_answer_async, claim_answered  # noqa: E402
 from orders.services import known_sold_out  # noqa: E402
 
-from .api import CONTENT_LENGTH_RE, MAX_BODY_BYTES, body_of  # noqa: E402
+from .api import CONTENT_LENGTH_RE, ID_RE, MAX_BODY_BYTES, body_of  # noqa: E402
 from .auth import authenticate  # noqa: E402
 from .logs import request_id_from, request_id_or_new, request_id_var  # noqa: E402
 from .server import JSON_HEADERS, Response, error_response  # noqa: E402  (the HTTP server's, free of Django)
@@ -158,7 +158,7 @@ async def claim_response(meta: dict[str, Any], campaign_id_text: str, body: byte
 # sold_out_response(): the request target it takes (the campaign id as parse_id takes it, no query, no
 # percent-encoding), and the headers it reads, each by its slot. Anything in the last slot (an Idempotency-Key,
 # a chunked body) makes it step aside.
-_PLAIN_CLAIM_TARGET = re.compile(rb"/api/v1/campaigns/([1-9][0-9]{0,17})/claim")
+_PLAIN_CLAIM_TARGET = re.compile(f"/api/v1/campaigns/({ID_RE.pattern})/claim".encode())
 _USER, _TOKEN, _TYPE, _LENGTH, _REQUEST_ID, _OTHER = range(6)
 _PLAIN_CLAIM_HEADERS = {b"x-user-id": _USER, b"x-token": _TOKEN, b"content-type": _TYPE, b"content-length": _LENGTH,
                         b"x-request-id": _REQUEST_ID, b"idempotency-key": _OTHER, b"transfer-encoding": _OTHER}

@@ -21,11 +21,11 @@ help:
 	@echo "make bench  the benchmark suite (~8 min; embedded servers unless DATABASE_URL/REDIS_URL; ARGS=\"--quick\")"
 
 run: $(STAMP)
-	$(PY) -m config.devstack run $(ARGS)
+	$(PY) -m devstack run $(ARGS)
 
 # The whole check: lint (ruff, mypy) first, then the test suite.
 test: lint
-	$(PY) -m config.devstack test $(ARGS)
+	$(PY) -m devstack test $(ARGS)
 
 # mypy's Django plugin imports the settings, which need a DATABASE_URL (it never connects).
 lint: $(STAMP)
@@ -36,7 +36,7 @@ lint: $(STAMP)
 # memory, expiry sweep, each beside its baseline; JSON + SVG in bench/results/. Installs the bench extra (py-spy).
 .PHONY: bench
 bench: $(STAMP)
-	@test -x $(VENV)/bin/py-spy || { PYTHONWARNINGS=ignore $(PY) -m pip install -q -e '.[bench]' 2>&1 \
+	@test -x $(VENV)/bin/py-spy -a -x $(VENV)/bin/granian || { PYTHONWARNINGS=ignore $(PY) -m pip install -q -e '.[bench]' 2>&1 \
 	  | { grep -Ev "$(PIP_NOISE)" || true; }; }
 	$(PY) bench/suite.py $(ARGS)
 

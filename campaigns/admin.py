@@ -11,13 +11,13 @@ from django.http import HttpRequest
 from django.template.response import TemplateResponse
 from django.utils import timezone
 
+from core.errors import ApplicationError
 from coupons.extension import check_days, validity_extension_apply, validity_extension_begin
 from orders import ledger
 from orders.reconciliation import campaign_reconcile
 from orders.selectors import claims_issued_counts, claims_per_second, claims_timeline, latest_reconciliations
 
 from .charts import burndown_svg
-from .errors import ApplicationError
 from .extension import campaign_extend_end, operator_time
 from .models import Campaign, CampaignEvent, CampaignState
 from .redis_state import StoreUnavailable

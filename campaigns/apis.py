@@ -9,9 +9,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from config.api import parse_id
+from core.errors import NotFound
+from core.http import parse_id
 
-from .errors import NotFound
 from .models import Campaign, CampaignState
 from .selectors import remaining_of, visible_campaigns
 

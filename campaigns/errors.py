@@ -1,31 +1,7 @@
-"""Domain errors with a stable code and status slug (CONTRACT.md); one handler renders them."""
+"""The campaign's own errors (the base classes are core.errors')."""
 from __future__ import annotations
 
-
-class ApplicationError(Exception):
-    http_status = 200
-    code = 0
-    status = "error"
-    message = ""
-
-    def __init__(self, message: str = "", **extra: object) -> None:
-        super().__init__(message or self.message)
-        self.message = message or self.message
-        self.extra = extra
-
-
-class NotFound(ApplicationError):
-    http_status = 404
-    code = 404
-    status = "not_found"
-    message = "Not found."
-
-
-class Unavailable(ApplicationError):
-    http_status = 503
-    code = 503
-    status = "unavailable"
-    message = "A required store is unavailable; nothing was changed. Retry shortly."
+from core.errors import ApplicationError, Unavailable
 
 
 class CampaignStateLost(Unavailable):

@@ -12,8 +12,9 @@ from datetime import UTC, datetime, timedelta
 from django.db import transaction
 from django.utils import timezone
 
+from core.errors import ApplicationError, Unavailable
+
 from . import redis_state
-from .errors import ApplicationError, Unavailable
 from .models import Campaign, CampaignEvent, CampaignEventType
 from .services import keys_expire_at
 

@@ -22,7 +22,7 @@ from django.conf import settings
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from config.hot import hot, unique_hex
+from core.hot import hot, unique_hex
 
 from .redis_async import NotSent, PipelinedRedis
 

@@ -11,8 +11,10 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from core.errors import Unavailable
+
 from . import redis_state
-from .errors import CampaignOver, CampaignStateLost, InvalidCampaign, Unavailable
+from .errors import CampaignOver, CampaignStateLost, InvalidCampaign
 from .models import Audience, Campaign, CampaignEvent, CampaignEventType, CampaignState, DiscountType
 
 

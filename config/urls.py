@@ -4,12 +4,11 @@ from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from campaigns.apis import CampaignDetailApi, CampaignListApi
+from core.health import healthz, readyz
+from core.metrics import metrics
 from coupons.apis import CouponConfirmApi, CouponRedeemApi, CouponReleaseApi, CouponReserveApi, MyCouponsApi
 from orders.apis import ClaimCancelApi, ClaimDetailApi, campaign_claim
-
-from .health import healthz, readyz
-from .metrics import metrics
-from .storefront import storefront_urls
+from storefront.views import storefront_urls
 
 admin.site.site_header = "couponrush operators"
 admin.site.site_title = "couponrush"
@@ -36,5 +35,5 @@ urlpatterns = [
     path(settings.ADMIN_URL, admin.site.urls),
 ]
 
-handler404 = "config.api.not_found_view"
-handler500 = "config.api.server_error_view"
+handler404 = "core.api.not_found_view"
+handler500 = "core.api.server_error_view"

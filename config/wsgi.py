@@ -1,15 +1,10 @@
-"""WSGI entry point: `granian --interface wsgi config.wsgi:application`.
-
-The claim route is answered by config.fastpath before Django's request cycle; everything else is Django.
-"""
+"""WSGI entry point for Django alone (`config.wsgi:application` under any WSGI server): the claim is Django's
+view there (orders.apis.campaign_claim), through the same implementation as every other way in."""
 import os
 
 from django.core.wsgi import get_wsgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.dev")
 
-django_application = get_wsgi_application()
-
-from .fastpath import ClaimFastPath  # noqa: E402  (after Django is set up: it imports the apps)
-
-application = ClaimFastPath(django_application)
+application = get_wsgi_application()
+django_application = application

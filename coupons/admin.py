@@ -12,7 +12,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
 
-from campaigns.errors import ApplicationError
+from core.errors import ApplicationError
 
 from .extension import check_days
 from .models import Coupon, CouponEvent

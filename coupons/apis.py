@@ -17,10 +17,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from campaigns.errors import ApplicationError, NotFound
 from campaigns.money import InvalidAmount, parse_amount, parse_currency
 from campaigns.redis_state import redis_client
-from config.api import BadRequest, ShopperApi, ShopperTokenAuthentication, idempotency_key
+from core.api import ShopperApi, ShopperTokenAuthentication
+from core.errors import BadRequest, NotFound, RateLimited
+from core.http import idempotency_key
 
 from .codes import normalize_code
 from .idempotency import Answer, run_idempotent
@@ -159,10 +160,7 @@ def coupon_endpoint(code: str, action: str, user_id: str) -> tuple[str, str]:
     return canonical, f"POST /api/v1/coupons/{canonical}/{action}"
 
 
-class TooManyMisses(ApplicationError):
-    http_status = 429
-    code = 429
-    status = "rate_limited"
+class TooManyMisses(RateLimited):
     message = "Too many unknown coupon codes from this shopper; retry in a minute."
 
 

@@ -16,7 +16,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
-from config.tracing import span
+from core.tracing import span
 
 from . import metrics
 from .models import Coupon, CouponEvent, CouponEventType, CouponStatus, SweepCursor

@@ -17,8 +17,8 @@ from typing import Any
 from django.db import connection, transaction
 from django.db.models import Max
 
-from campaigns.errors import ApplicationError
 from campaigns.models import Campaign, CampaignEvent, CampaignEventType
+from core.errors import ApplicationError
 
 from .models import Coupon, CouponEvent, CouponEventType, CouponStatus
 

@@ -17,7 +17,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
-from campaigns.errors import ApplicationError
+from core.errors import ApplicationError
 
 from .models import IdempotencyRecord
 

@@ -14,8 +14,8 @@ from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from campaigns.errors import ApplicationError, NotFound
 from campaigns.models import Audience
+from core.errors import ApplicationError, NotFound
 
 from .codes import normalize_code
 from .models import Coupon, CouponEvent, CouponEventType, CouponStatus

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, NamedTuple
 
 from django.http import HttpRequest, HttpResponse
@@ -14,25 +14,23 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from campaigns.errors import ApplicationError, NotFound, Unavailable
 from campaigns.redis_state import StoreUnavailable
-from config.api import (
-    BadRequest,
-    ShopperApi,
-    ShopperTokenAuthentication,
+from core.api import ShopperApi, ShopperTokenAuthentication
+from core.errors import ApplicationError, BadRequest, NotFound, Unavailable
+from core.hot import hot
+from core.http import (
     authenticated_user,
     body_of,
     client_ip,
-    error_headers,
+    error_body,
     idempotency_key,
     idempotency_key_of,
     json_object_of,
     json_response,
     parse_id,
 )
-from config.hot import hot
-from config.logs import log_fields
-from config.tracing import span
+from core.logs import log_fields
+from core.tracing import span
 from coupons.apis import CouponOutputSerializer, answer_response
 from coupons.idempotency import Answer, run_idempotent
 from coupons.selectors import coupon_for_claim
@@ -62,20 +60,12 @@ class ClaimRequest(NamedTuple):
 
 
 def claim_answer(meta: Mapping[str, Any], campaign_id_text: str, read_body: Callable[[], bytes]) -> Answer3:
-    """Answer a claim request: (HTTP status, JSON body, extra headers). The one implementation of the claim
-    endpoint, used by the Django view and by the WSGI fast path (config/fastpath.py); claim_answer_async is
-    the same for the ASGI fast path (config/asgi.py).
-
-    `meta` is the WSGI environ (Django's request.META is the same mapping).
-    """
+    """Answer a claim request: (HTTP status, JSON body, extra headers), the script run on this thread (the
+    Django view). `meta` is the WSGI environ (Django's request.META is the same mapping)."""
     started = time.perf_counter()
-    try:
-        request = claim_request_of(meta, campaign_id_text, read_body)
-    except ApplicationError as exc:
-        return _refused(exc, None, started)
-    known = known_sold_out(request.campaign_id, request.idempotency_key)
-    if known is not None:  # decided in this process: nothing to trace, nothing logs
-        return claim_answered(known, started)
+    request = claim_decided_or_request(meta, campaign_id_text, read_body, started)
+    if not isinstance(request, ClaimRequest):
+        return request
     with _Claiming(request, started) as claiming:
         try:
             return claiming.answered(claim_create(**request.arguments))
@@ -83,21 +73,37 @@ def claim_answer(meta: Mapping[str, Any], campaign_id_text: str, read_body: Call
             return claiming.refused(exc)
 
 
-async def claim_answer_async(meta: Mapping[str, Any], campaign_id_text: str, body: bytes) -> Answer3:
-    """claim_answer() on an event loop: the same checks and answer, the script through claim_create_async."""
+def claim_answer_now(meta: Mapping[str, Any], campaign_id_text: str, body: bytes
+                     ) -> Answer3 | Coroutine[Any, Any, Answer3]:
+    """claim_answer() on an event loop: the answer itself when it is decided without Redis (a refusal, a
+    campaign this process knows is sold out), else a coroutine that runs the script (claim_create_async)."""
     started = time.perf_counter()
-    try:
-        request = claim_request_of(meta, campaign_id_text, lambda: body)
-    except ApplicationError as exc:
-        return _refused(exc, None, started)
-    known = known_sold_out(request.campaign_id, request.idempotency_key)
-    if known is not None:
-        return claim_answered(known, started)
+    request = claim_decided_or_request(meta, campaign_id_text, lambda: body, started)
+    if not isinstance(request, ClaimRequest):
+        return request
+    return _claim_on_loop(request, started)
+
+
+async def _claim_on_loop(request: ClaimRequest, started: float) -> Answer3:
     with _Claiming(request, started) as claiming:
         try:
             return claiming.answered(await claim_create_async(**request.arguments))
         except ApplicationError as exc:
             return claiming.refused(exc)
+
+
+def claim_decided_or_request(meta: Mapping[str, Any], campaign_id_text: str, read_body: Callable[[], bytes],
+                             started: float) -> Answer3 | ClaimRequest:
+    """The first half of every claim, whoever runs the script: the checked request, or the answer when it is
+    decided already (a refusal, or this process's sold-out flag: nothing to trace, nothing logs)."""
+    try:
+        request = claim_request_of(meta, campaign_id_text, read_body)
+    except ApplicationError as exc:
+        return _refused(exc, None, started)
+    known = known_sold_out(request.campaign_id, request.idempotency_key)
+    if known is not None:
+        return claim_answered(known, started)
+    return request
 
 
 class _Claiming:
@@ -151,7 +157,7 @@ def _refused(exc: ApplicationError, campaign: int | None, started: float) -> Ans
     # Label only campaigns that exist (an unknown id is "-"), so a storm of junk ids adds no series.
     known = campaign if campaign is not None and exc.http_status != 404 else "-"
     _count(str(known), exc.status, started)
-    return exc.http_status, body_of(exc.code, exc.status, exc.message, **exc.extra), error_headers(exc.http_status)
+    return exc.http_status, error_body(exc), exc.headers()
 
 
 def claim_answered(outcome: ClaimOutcome, started: float) -> Answer3:
@@ -164,8 +170,8 @@ def claim_answered(outcome: ClaimOutcome, started: float) -> Answer3:
 
 @csrf_exempt
 def campaign_claim(request: HttpRequest, campaign_id: str) -> HttpResponse:
-    """POST /api/v1/campaigns/{id}/claim through Django (the fast path answers it before Django does when
-    the server runs config.wsgi:application). Documented in OpenAPI through CLAIM_OPERATION below."""
+    """POST /api/v1/campaigns/{id}/claim through Django, for a WSGI server (the web server and the ASGI
+    application answer it on their event loop: orders/door.py). Documented in OpenAPI by CLAIM_OPERATION."""
     if request.method != "POST":
         return json_response(body_of(405, "method_not_allowed", "Use POST."), 405, {"Allow": "POST"})
     status, body, headers = claim_answer(request.META, campaign_id, lambda: request.body)

@@ -7,6 +7,12 @@ class OrdersConfig(AppConfig):
     verbose_name = "Claims (orders)"
 
     def ready(self) -> None:
+        from core.metrics import before_scrape, register_scraped
+
+        from . import metrics
         from .console import set_up_console
 
         post_migrate.connect(set_up_console, sender=self)
+        before_scrape(metrics.CLAIM_TALLY.flush)
+        register_scraped(metrics.ReconciliationCollector)
+        register_scraped(metrics.LiveCampaignCollector)

@@ -19,10 +19,15 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 from celery.signals import worker_ready
+from django.utils import timezone
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, multiprocess, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 log = logging.getLogger(__name__)
 
@@ -145,3 +150,74 @@ def serve_worker_metrics(**_: Any) -> None:
                     "are not seen by the metrics server", WORKER_METRICS_PORT_ENV)
     start_http_server(int(port), registry=worker_registry())
     log.info("worker metrics on port %s", port)
+
+
+# Read at scrape time (registered with core.metrics in OrdersConfig.ready()).
+
+
+class ReconciliationCollector(Collector):
+    """The latest reconciliation of every campaign reconciled in the last day."""
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        from .models import Reconciliation
+
+        latest = (
+            Reconciliation.objects.filter(created_at__gte=timezone.now() - timedelta(days=1))
+            .order_by("campaign_id", "-created_at")
+            .distinct("campaign_id")
+        )
+        drift = GaugeMetricFamily("couponrush_reconciliation_drift",
+                                  "total stock - (Redis remaining + claims - restocked) at the last reconciliation",
+                                  labels=["campaign"])
+        balanced = GaugeMetricFamily("couponrush_reconciliation_balanced",
+                                     "1 when the last reconciliation balanced (after its repairs)", labels=["campaign"])
+        users = GaugeMetricFamily("couponrush_reconciliation_users_drift",
+                                  "shoppers whose Redis count was wrong at the last reconciliation",
+                                  labels=["campaign"])
+        repairs = GaugeMetricFamily("couponrush_reconciliation_repairs",
+                                    "repairs made by the last reconciliation", labels=["campaign"])
+        when = GaugeMetricFamily("couponrush_reconciliation_timestamp_seconds",
+                                 "when the campaign was last reconciled", labels=["campaign"])
+        for record in latest:
+            label = [str(record.campaign_id)]
+            if record.drift is not None:
+                drift.add_metric(label, record.drift)
+            balanced.add_metric(label, 1 if record.balanced else 0)
+            users.add_metric(label, record.users_drift)
+            repairs.add_metric(label, len(record.repairs))
+            when.add_metric(label, record.created_at.timestamp())
+        yield from (drift, balanced, users, repairs, when)
+
+
+class LiveCampaignCollector(Collector):
+    """Remaining stock, ledger backlog and the age of the oldest claim not yet in PostgreSQL, per campaign
+    whose Redis state should exist, read at scrape time (pipelined) so every process answers the same."""
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        from campaigns.redis_state import StoreUnavailable, remaining_many
+        from orders import ledger
+        from orders.services import campaigns_to_drain
+
+        remaining = GaugeMetricFamily("couponrush_remaining_stock", "coupons left in Redis", labels=["campaign"])
+        backlog = GaugeMetricFamily("couponrush_ledger_backlog", "claims not yet persisted in PostgreSQL",
+                                    labels=["campaign"])
+        age = GaugeMetricFamily("couponrush_ledger_oldest_age_seconds",
+                                "age of the oldest claim not yet in PostgreSQL", labels=["campaign"])
+        up = GaugeMetricFamily("couponrush_redis_up", "1 when Redis answered the scrape")
+        ids = campaigns_to_drain()[:500]
+        try:
+            stocks = remaining_many(ids)
+            backlogs = ledger.backlog_sizes(ids)
+            now_ms = timezone.now().timestamp() * 1000
+            for campaign_id in ids:
+                label = [str(campaign_id)]
+                if stocks.get(campaign_id) is not None:
+                    remaining.add_metric(label, stocks[campaign_id] or 0)
+                size = backlogs.get(campaign_id, 0)
+                backlog.add_metric(label, size)
+                oldest = ledger.oldest_unacknowledged_ms(campaign_id) if size else None
+                age.add_metric(label, max(0.0, (now_ms - oldest) / 1000) if oldest else 0.0)
+            up.add_metric([], 1)
+        except StoreUnavailable:
+            up.add_metric([], 0)
+        yield from (remaining, backlog, age, up)

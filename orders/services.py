@@ -22,12 +22,13 @@ from django.db.models import Count
 from django.utils import timezone
 
 from campaigns import redis_state
-from campaigns.errors import ApplicationError, CampaignStateLost, NotFound, Unavailable
+from campaigns.errors import CampaignStateLost
 from campaigns.models import Campaign, CampaignEvent, CampaignEventType
 from campaigns.redis_state import ClaimCode, ClaimOutcomeUnknown, StoreUnavailable
 from campaigns.services import campaign_preheat, keys_expire_at
-from config.hot import hot
-from config.tracing import span
+from core.errors import NotFound, RateLimited, Unavailable
+from core.hot import hot
+from core.tracing import span
 from coupons import codes as coupon_codes
 from coupons.models import Coupon, CouponEvent, CouponEventType, CouponStatus
 from coupons.outcomes import UseCode, UseOutcome, done, refused
@@ -107,10 +108,7 @@ _SOLD_OUT_FOR_SECONDS = 0.5
 _sold_out_until: dict[int, float] = {}
 
 
-class RateLimited(ApplicationError):
-    http_status = 429
-    code = 429
-    status = "rate_limited"
+class ClaimsRateLimited(RateLimited):
     message = "Too many claims this second (campaign, shopper or address); retry after a second."
 
 
@@ -182,7 +180,7 @@ def _claim_outcome(campaign_id: int, result: redis_state.ClaimResult | None) -> 
     if result is None:
         return ClaimOutcome(ClaimCode.ENDED, CLAIM_STATUSES[ClaimCode.ENDED], campaign_id, None)
     if result.code == ClaimCode.RATE_LIMITED:
-        raise RateLimited()
+        raise ClaimsRateLimited()
     if result.code == ClaimCode.TOO_LATE:
         log.warning("claim on campaign %s ran after its deadline (Redis was stalled): refused, nothing changed",
                     campaign_id)

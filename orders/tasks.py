@@ -8,11 +8,11 @@ from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
 
-from campaigns.errors import Unavailable
 from campaigns.models import Campaign, CampaignEventType
 from campaigns.redis_state import StoreUnavailable, campaign_keys, redis_client
 from campaigns.services import campaign_preheat
-from config.logs import log_fields
+from core.errors import Unavailable
+from core.logs import log_fields
 
 from . import ledger, services
 

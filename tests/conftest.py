@@ -22,8 +22,8 @@ from django.db import connections
 from campaigns.models import Campaign
 from campaigns.redis_state import redis_client, reset_redis_client
 from campaigns.services import campaign_preheat
-from config.auth import mint_token
-from config.devstack import STATIC_ROOT, resolve, web_command
+from core.auth import mint_token
+from devstack import STATIC_ROOT, resolve, web_command
 from orders.services import forget_campaign_facts
 
 from .factories import CampaignFactory

@@ -1,6 +1,7 @@
 """The web application (config/asgi.py) over real HTTP, served both ways the project offers: by its own server
-(config/server.py, what `make run` serves) and as the contract's ASGI process `config.asgi:application` under
-an ASGI server (granian). The claim answers exactly as the Django view does, and every other request is
+(webserver/ through config/server.py, what `make run` serves) and as the contract's ASGI process
+`config.asgi:application` under an ASGI server (uvicorn, httptools + uvloop: the documented alternative). The
+claim answers exactly as the Django view does, and every other request is
 Django's, as a WSGI server would hand it over."""
 from __future__ import annotations
 
@@ -14,25 +15,25 @@ from typing import Any
 import pytest
 
 from campaigns.redis_state import campaign_keys, redis_client
-from config.auth import mint_token
-from config.devstack import resolve, web_command
 from config.wsgi import django_application
+from core.auth import mint_token
+from devstack import resolve, web_command
 
+from .claim_cases import CASES, call
 from .conftest import free_port, run_coroutine, serving
-from .test_fastpath import CASES, call
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture(params=["config.server", "granian-asgi"])
+@pytest.fixture(params=["config.server", "uvicorn-asgi"])
 def http_server(request: pytest.FixtureRequest, transactional_db: Any) -> Iterator[str]:
     """Each test of this file runs against both servers."""
     port = free_port()
     if request.param == "config.server":
         argv = resolve(web_command(port))
     else:
-        argv = [sys.executable, "-m", "granian", "--interface", "asgi", "config.asgi:application",
-                "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+        argv = [sys.executable, "-m", "uvicorn", "config.asgi:application", "--http", "httptools", "--loop",
+                "uvloop", "--host", "127.0.0.1", "--port", str(port), "--workers", "1", "--no-access-log"]
     with serving(argv, port) as url:
         yield url
 
@@ -168,7 +169,7 @@ def scripted_receive(*messages: dict[str, Any]) -> Any:
 
 
 @pytest.mark.parametrize(("meta", "messages", "body"), [
-    # granian's way: the body with more_body=True, then an empty last message, which is never waited for
+    # some servers' way (granian's): the body with more_body=True, then an empty last message, which is never waited for
     ({"CONTENT_LENGTH": "2"}, [{"body": b"{}", "more_body": True}], b"{}"),
     ({"CONTENT_LENGTH": "4"}, [{"body": b"{}", "more_body": True}, {"body": b"{}", "more_body": True}], b"{}{}"),
     ({"CONTENT_LENGTH": "0"}, [], b""),
@@ -182,6 +183,8 @@ def scripted_receive(*messages: dict[str, Any]) -> Any:
     ({}, [{"body": b"x" * 8, "more_body": True}, {"body": b"x" * 8, "more_body": True}], b"x" * 11),
 ])
 def test_a_body_is_read_to_its_length_without_waiting_for_the_servers_last_message(meta, messages, body) -> None:
-    from config.asgi import read_body
+    from core.web import read_body
 
-    assert run_coroutine(read_body(scripted_receive(*messages), meta, 10)) == body
+    headers = [(key.removeprefix("HTTP_").lower().replace("_", "-").encode(), value.encode())
+               for key, value in meta.items()]
+    assert run_coroutine(read_body(scripted_receive(*messages), headers, 10)) == body

@@ -5,7 +5,7 @@ import time
 import pytest
 from django.test import override_settings
 
-from config.auth import authenticate, mint_token, token_signature
+from core.auth import authenticate, mint_token, token_signature
 
 
 def test_minted_token_authenticates_its_user() -> None:

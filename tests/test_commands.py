@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from campaigns.models import Campaign, CampaignState, DiscountType
 from campaigns.redis_state import ClaimCode, campaign_keys, redis_client, run_claim
-from config.auth import authenticate
+from core.auth import authenticate
 from coupons.models import Coupon
 from orders import ledger
 from orders.models import Claim

@@ -1,8 +1,8 @@
-"""docker-compose.yml and the Dockerfile run exactly the processes `make run` runs (config/devstack.py), every
+"""docker-compose.yml and the Dockerfile run exactly the processes `make run` runs (devstack/), every
 long-running service has a health check, and the compose file is valid against the Compose specification.
 
 No Docker engine runs here: the commands themselves are run by the rest of the suite (the web server fixture
-and the worker tests use config.devstack's commands), so keeping these equal keeps the deployment tested."""
+and the worker tests use devstack's commands), so keeping these equal keeps the deployment tested."""
 from __future__ import annotations
 
 import json
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from config import devstack
+import devstack
 
 from .conftest import ROOT
 

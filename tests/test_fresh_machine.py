@@ -1,7 +1,7 @@
 """`make run` on a fresh machine: the development entry point starts everything from nothing, a shopper can
 claim a coupon end to end (web -> Redis ledger -> worker -> PostgreSQL), and Ctrl-C stops it all cleanly.
 
-Runs `python -m config.devstack run` exactly as `make run` does, with no DATABASE_URL / REDIS_URL (so the
+Runs `python -m devstack run` exactly as `make run` does, with no DATABASE_URL / REDIS_URL (so the
 embedded PostgreSQL and Valkey start), a data folder of its own and free ports, so a running dev system
 is not disturbed.
 """
@@ -136,7 +136,7 @@ class Devstack:
         self.lines: list[str] = []
         self.queue: queue.Queue[str | None] = queue.Queue()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "config.devstack", "run"],
+            [sys.executable, "-m", "devstack", "run"],
             cwd=BASE_DIR,
             env=env,
             stdin=subprocess.DEVNULL,

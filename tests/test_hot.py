@@ -1,12 +1,12 @@
-"""config/hot.py: the claim path's cached settings follow every change, and its ids never repeat."""
+"""core/hot.py: the claim path's cached settings follow every change, and its ids never repeat."""
 from __future__ import annotations
 
 import os
 
 from django.test import override_settings
 
-from config.auth import authenticate, mint_token
-from config.hot import hot, unique_hex
+from core.auth import authenticate, mint_token
+from core.hot import hot, unique_hex
 
 
 def test_the_cached_settings_follow_a_changed_setting() -> None:

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from config.logs import JsonFormatter, RequestIdFilter, request_id_var
+from core.logs import JsonFormatter, RequestIdFilter, request_id_var
 
 from .conftest import run_coroutine, shopper_headers
 
@@ -36,9 +36,9 @@ def test_every_answer_carries_a_request_id_and_a_sane_incoming_one_is_kept(clien
     assert len(made) == 32 and kept == "proxy-abcdef12" and replaced != "bad id\r\n" and len(replaced) == 32
 
 
-def test_the_claim_fast_path_answers_with_a_request_id_and_logs_no_token(live_campaign, caplog) -> None:
+def test_the_claim_view_answers_with_a_request_id_and_logs_no_token(live_campaign, caplog) -> None:
     from config.wsgi import application
-    from tests.test_fastpath import call
+    from tests.claim_cases import call
 
     campaign = live_campaign()
     headers = shopper_headers("ann", HTTP_X_REQUEST_ID="lb-0000000042")
@@ -57,7 +57,7 @@ def test_the_lines_of_a_claim_carry_its_campaign_and_shopper_and_nothing_leaks_t
     from django.test import override_settings
 
     from campaigns.redis_state import reset_redis_client
-    from orders.apis import claim_answer, claim_answer_async
+    from orders.apis import claim_answer, claim_answer_now
 
     campaign = live_campaign()
     with socket.socket() as s:
@@ -67,7 +67,7 @@ def test_the_lines_of_a_claim_carry_its_campaign_and_shopper_and_nothing_leaks_t
     with override_settings(REDIS_URL=f"redis://127.0.0.1:{closed}/0"):
         reset_redis_client()
         assert claim_answer(shopper_headers("ann"), str(campaign.pk), lambda: b"")[0] == 503
-        assert run_coroutine(claim_answer_async(shopper_headers("bob"), str(campaign.pk), b""))[0] == 503
+        assert run_coroutine(claim_answer_now(shopper_headers("bob"), str(campaign.pk), b""))[0] == 503
         logging.getLogger("orders").warning("after the claims")
     reset_redis_client()
 

@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from campaigns.redis_state import ClaimCode, redis_client, run_claim
 from config.celery import app
-from config.metrics import celery_queue_names
+from core.metrics import celery_queue_names
 from coupons.compensation import expire_and_lapse_due
 from coupons.models import CouponStatus
 from orders import services
@@ -240,11 +240,11 @@ def scraped(text: str, name: str, **labels: str) -> float | None:
 
 
 def test_metrics_show_the_length_of_the_celery_queue_in_the_redis_broker(client, monkeypatch) -> None:
-    import config.metrics
+    import core.metrics
 
     assert celery_queue_names() == [app.conf.task_default_queue]  # "celery": where every task goes
     queue = f"test-{uuid.uuid4().hex}"  # a queue of this test's own: drain triggers of other tests go elsewhere
-    monkeypatch.setattr(config.metrics, "celery_queue_names", lambda: [queue])
+    monkeypatch.setattr(core.metrics, "celery_queue_names", lambda: [queue])
     assert scraped(client.get("/metrics").content.decode(), "couponrush_celery_queue_length", queue=queue) == 0
     try:
         with app.producer_or_acquire() as producer:

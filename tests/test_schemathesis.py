@@ -11,8 +11,8 @@ from django.db import close_old_connections
 from hypothesis import HealthCheck, settings
 from schemathesis.specs.openapi.checks import negative_data_rejection
 
-from config.auth import mint_token
 from config.wsgi import application
+from core.auth import mint_token
 
 schema = schemathesis.openapi.from_wsgi("/api/schema/", application)
 

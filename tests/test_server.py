@@ -1,8 +1,9 @@
-"""The web server (config/server.py) over real sockets, as a client sees it: HTTP/1.1 framing (keep-alive,
-pipelining, chunked bodies, 100-continue, HEAD), its limits and errors in the contract's JSON form, static
-files, timeouts, and the master's care of its workers (graceful stop, a killed worker replaced, a port in use).
+"""The web server (webserver/, started by config/server.py) over real sockets, as a client sees it: HTTP/1.1
+framing (keep-alive, pipelining, chunked bodies, 100-continue, HEAD), its limits and errors in the contract's
+JSON form, static files, timeouts, and the master's care of its workers (graceful stop, a killed worker
+replaced, a port in use).
 
-Each server is the run command's own (config.devstack.web_command) against the test database, with its own
+Each server is the run command's own (devstack.web_command) against the test database, with its own
 static folder; the timeouts are checked on one started with short ones."""
 from __future__ import annotations
 
@@ -26,10 +27,10 @@ from django.db import connection, transaction
 
 from campaigns.models import Campaign
 from campaigns.redis_state import campaign_keys, redis_client
-from config.api import MAX_BODY_BYTES
-from config.auth import mint_token
-from config.devstack import resolve, web_command
-from config.server import HEADER_LIMIT, MAX_HEADERS, RESTARTS, STOP_GRACE_SECONDS
+from core.auth import mint_token
+from core.http import MAX_BODY_BYTES
+from devstack import resolve, web_command
+from webserver.server import HEADER_LIMIT, MAX_HEADERS, RESTARTS, STOP_GRACE_SECONDS
 
 from .conftest import ROOT, free_port, process_env, stop_group, wait_for
 
@@ -37,7 +38,7 @@ from .conftest import ROOT, free_port, process_env, stop_group, wait_for
 # the servers never see); a test whose data a server must see commits it (transaction=True).
 pytestmark = pytest.mark.django_db
 
-BODY_LIMIT = max(settings.DATA_UPLOAD_MAX_MEMORY_SIZE, MAX_BODY_BYTES)  # config.asgi.Application.body_limit
+BODY_LIMIT = max(settings.DATA_UPLOAD_MAX_MEMORY_SIZE, MAX_BODY_BYTES)  # orders.door.ClaimDoor.body_limit
 SECRET = b"the secret outside the static mount"
 MTIME = 1_700_000_000  # the static files' modification time
 DATE_RE = re.compile(r"(Mon|Tue|Wed|Thu|Fri|Sat|Sun), \d\d (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) "
@@ -367,8 +368,8 @@ def test_many_pipelined_requests_in_one_write_are_all_answered(server) -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_sold_out_claims_answered_at_once_keep_their_order_among_answers_that_wait(server, live_campaign) -> None:
-    """A worker answers a sold-out claim in the parser's callback (Worker.answer_at_once), and a claim that
-    needs Redis or a request for Django from a task: in one pipelined write, every answer still comes back in
+    """A worker answers a sold-out claim in the parser's callback (the application answers it at once), and a
+    claim that needs Redis or a request for Django from a task: in one pipelined write, every answer still comes back in
     the order of the requests, and the sold-out ones are the claim's whole answer."""
     campaign = live_campaign(total_stock=1)
     path = f"/api/v1/campaigns/{campaign.pk}/claim"
@@ -891,7 +892,7 @@ def test_sigterm_answers_the_requests_in_hand_then_exits_0(own_server) -> None:
 
 
 def answered_by(port: int) -> str:
-    """The process prefix of the request id a /healthz answer generated (config.hot.unique_hex)."""
+    """The process prefix of the request id a /healthz answer generated (core.hot.unique_hex)."""
     with Client(port) as client:
         client.send(request("GET", "/healthz"))
         reply = client.reply()
@@ -950,7 +951,7 @@ def test_a_port_in_use_is_exit_code_2_with_a_clear_message(server, tmp_path) -> 
         stop_group(second)
     assert code == 2
     assert (tmp_path / "second.log").read_text().strip() == \
-        f"couponrush server: cannot listen on 127.0.0.1:{server.port}: the port is in use"
+        f"python -m config.server: cannot listen on 127.0.0.1:{server.port}: the port is in use"
     with Client(server.port) as client:
         client.send(request("GET", "/healthz"))
         assert client.reply().status == 200

@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from campaigns.redis_state import ClaimCode, run_claim
-from config import tracing
+from core import tracing
 from coupons.compensation import expire_and_lapse_due, repair_drift
 from coupons.models import Coupon
 from orders import ledger
@@ -55,7 +55,7 @@ def test_tracing_is_on_only_when_the_environment_asks_for_it(environ, on) -> Non
 
 def test_off_a_span_is_one_shared_object_and_opentelemetry_is_never_imported() -> None:
     code = (
-        "import sys; from config import tracing\n"
+        "import sys; from core import tracing\n"
         "a = tracing.span('x', campaign_id=1); b = tracing.span('y')\n"
         "with a as s: s.set(rows=3)\n"
         "assert a is b and not any(m.startswith('opentelemetry') for m in sys.modules), sorted(sys.modules)\n"
@@ -69,7 +69,7 @@ def test_off_a_span_is_one_shared_object_and_opentelemetry_is_never_imported() -
 
 def test_on_by_environment_spans_go_to_the_configured_exporter() -> None:
     code = (
-        "from config import tracing\n"
+        "from core import tracing\n"
         "with tracing.span('couponrush.drain', campaign_id=42, claim_ids=['42-1-0']) as s: s.set(rows=1)\n"
         "from opentelemetry import trace; trace.get_tracer_provider().shutdown()\n"
     )

@@ -13,11 +13,11 @@ from django.core.management import CommandError, call_command
 from django.db import connection, connections
 from django.utils import timezone
 
-from campaigns.errors import Unavailable
 from campaigns.extension import ExtensionConflict, InvalidExtension, campaign_extend_end
 from campaigns.models import Campaign, CampaignEvent, CampaignEventType
 from campaigns.redis_state import ClaimCode, campaign_keys, redis_client, reset_redis_client, run_claim, to_ms
 from campaigns.services import keys_expire_at
+from core.errors import Unavailable
 from tests.factories import CampaignFactory
 
 pytestmark = pytest.mark.django_db

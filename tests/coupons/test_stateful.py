@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
-from campaigns.errors import NotFound
 from campaigns.services import campaign_preheat
+from core.errors import NotFound
 from coupons.models import Coupon, CouponStatus
 from coupons.replay import disagreements
 from coupons.services import Order, coupon_confirm, coupon_redeem, coupon_release, coupon_reserve, coupons_settle_due

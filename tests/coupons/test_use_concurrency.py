@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from campaigns.models import Campaign
 from campaigns.redis_state import run_claim
-from config.auth import mint_token
+from core.auth import mint_token
 from coupons.models import Coupon, CouponEvent, CouponEventType, CouponStatus
 from coupons.outcomes import UseOutcome
 from coupons.replay import disagreements, fold

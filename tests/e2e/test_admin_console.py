@@ -10,7 +10,7 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 from campaigns.models import Campaign
-from config.auth import mint_token
+from core.auth import mint_token
 from coupons.models import Coupon
 
 from ..conftest import wait_for

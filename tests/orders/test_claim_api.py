@@ -16,7 +16,7 @@ from django.utils import timezone
 from campaigns.models import Campaign
 from campaigns.redis_state import campaign_keys, redis_client, reset_redis_client
 from campaigns.services import campaign_pause
-from config.auth import mint_token, token_signature
+from core.auth import mint_token, token_signature
 from coupons.models import Coupon
 from orders.models import Claim
 from tests.conftest import shopper_headers

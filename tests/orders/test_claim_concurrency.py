@@ -11,7 +11,7 @@ from collections import Counter
 import pytest
 
 from campaigns.redis_state import campaign_keys, redis_client
-from config.auth import mint_token
+from core.auth import mint_token
 from coupons.models import Coupon
 from orders.models import Claim
 from orders.services import campaign_verify, drain_campaign

@@ -8,9 +8,9 @@ import pytest
 from django.db import connection, connections
 from django.utils import timezone
 
-from campaigns.errors import Unavailable
 from campaigns.models import CampaignEvent, CampaignEventType
 from campaigns.redis_state import ClaimCode, campaign_keys, redis_client, run_claim
+from core.errors import Unavailable
 from coupons.idempotency import Answer, run_idempotent
 from coupons.models import Coupon, CouponEvent, IdempotencyRecord
 from orders import ledger, tasks

@@ -12,7 +12,6 @@ from django.conf import settings
 from django.db import connections
 from django.test import override_settings
 
-from campaigns.errors import Unavailable
 from campaigns.redis_state import (
     ClaimOutcomeUnknown,
     campaign_keys,
@@ -22,6 +21,7 @@ from campaigns.redis_state import (
     reset_redis_client,
     scripts,
 )
+from core.errors import Unavailable
 from coupons.models import Coupon
 from orders.models import Claim, ClaimStatus
 from orders.services import campaign_verify, claim_create, claim_voider, drain_campaign, void_claim

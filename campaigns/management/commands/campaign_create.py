@@ -10,9 +10,9 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
-from campaigns.errors import ApplicationError
 from campaigns.models import Audience, DiscountType
 from campaigns.services import campaign_create
+from core.errors import ApplicationError
 
 RELATIVE_RE = re.compile(r"\+([0-9]{1,6})([smhd])")
 UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}

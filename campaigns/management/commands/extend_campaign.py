@@ -9,9 +9,9 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
-from campaigns.errors import ApplicationError
 from campaigns.extension import campaign_extend_end, operator_time
 from campaigns.models import Campaign
+from core.errors import ApplicationError
 
 from .campaign_create import RELATIVE_RE, UNIT_SECONDS, parse_moment
 

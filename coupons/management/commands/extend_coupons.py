@@ -6,8 +6,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from campaigns.errors import ApplicationError
 from campaigns.models import Campaign, CampaignEvent, CampaignEventType
+from core.errors import ApplicationError
 from coupons.extension import check_days, validity_extension_apply, validity_extension_begin
 
 

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from campaigns.models import Campaign
 from campaigns.services import campaign_create
-from config.auth import mint_token
+from core.auth import mint_token
 
 DEMO_NAME = "Demo flash sale: 50.00 off 300.00"
 OPERATOR = "operator"

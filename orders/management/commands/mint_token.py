@@ -5,7 +5,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from config.auth import mint_token
+from core.auth import mint_token
 
 
 class Command(BaseCommand):

@@ -6,9 +6,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from campaigns.errors import ApplicationError, CampaignStateLost
+from campaigns.errors import CampaignStateLost
 from campaigns.models import Campaign
 from campaigns.services import campaign_preheat
+from core.errors import ApplicationError
 from orders.services import campaign_rebuild
 
 

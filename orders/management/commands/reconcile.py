@@ -6,9 +6,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from campaigns.errors import Unavailable
 from campaigns.models import Campaign
 from campaigns.redis_state import StoreUnavailable
+from core.errors import Unavailable
 from orders.reconciliation import campaign_reconcile, campaigns_to_reconcile
 
 

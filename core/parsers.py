@@ -1,4 +1,4 @@
-"""Request parsers (kept apart from config.api: DRF imports them while it builds APIView)."""
+"""Request parsers (kept apart from core.api: DRF imports them while it builds APIView)."""
 from __future__ import annotations
 
 from typing import Any

@@ -19,10 +19,9 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 from django.views.generic import TemplateView
 
-from campaigns.errors import ApplicationError
-
-from .api import BadRequest, application_error_response, body_of, json_object_body, json_response
-from .auth import is_user_id, mint_token
+from core.auth import is_user_id, mint_token
+from core.errors import ApplicationError, BadRequest
+from core.http import application_error_response, body_of, json_object_body, json_response
 
 PRODUCTION_SETTINGS = "config.settings.production"
 DEMO_USER_PREFIX = "demo-"

@@ -1,0 +1,220 @@
+"""The DRF layer every API module builds on: shopper auth, the base view, the one exception handler, the
+database-down middleware, the JSON error views and the schema's error answers."""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from django import db
+from django.core.exceptions import PermissionDenied, RequestDataTooBig
+from django.http import Http404, HttpRequest, HttpResponse
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from rest_framework import exceptions as drf_exceptions
+from rest_framework.authentication import BaseAuthentication
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from .errors import (
+    PROTOCOL_SLUGS,
+    ApplicationError,
+    BadRequest,
+    NotFound,
+    PayloadTooLarge,
+    RateLimited,
+    Unauthenticated,
+    Unavailable,
+)
+from .http import (
+    CONTENT_LENGTH_RE,
+    MAX_BODY_BYTES,
+    application_error_response,
+    body_of,
+    error_body,
+    json_response,
+    shopper_id,
+)
+from .logs import add_log_fields
+
+log = logging.getLogger(__name__)
+
+class Shopper:
+    """The authenticated storefront shopper of a DRF request (request.user)."""
+
+    is_authenticated = True
+    is_anonymous = False
+
+    def __init__(self, user_id: str) -> None:
+        self.user_id = user_id
+
+    def __str__(self) -> str:
+        return self.user_id
+
+
+class ShopperTokenAuthentication(BaseAuthentication):
+    def authenticate(self, request: Request) -> tuple[Shopper, None]:
+        try:
+            return Shopper(shopper_id(request._request)), None
+        except Unauthenticated as exc:
+            raise drf_exceptions.AuthenticationFailed(exc.message) from exc
+
+    def authenticate_header(self, request: Request) -> str:
+        return 'X-Token realm="couponrush"'
+
+
+class ShopperApi(APIView):
+    """Base of the storefront's authenticated DRF views: shopper token, body size limit, JSON objects."""
+
+    authentication_classes = [ShopperTokenAuthentication]
+    permission_classes = [IsAuthenticated]
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)
+        add_log_fields(shopper=self.user_id)
+        length = request.META.get("CONTENT_LENGTH") or "0"
+        if CONTENT_LENGTH_RE.fullmatch(length) is None:
+            raise BadRequest("Bad Content-Length.")
+        if int(length) > MAX_BODY_BYTES:
+            raise PayloadTooLarge()
+
+    @property
+    def user_id(self) -> str:
+        return self.request.user.user_id  # type: ignore[union-attr]
+
+    def body(self) -> dict[str, Any]:
+        data = self.request.data
+        if not isinstance(data, dict):
+            raise BadRequest("The body must be a JSON object.")
+        return data
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    """Render every error of a DRF view in the contract's form: {code, status, detail}."""
+    if isinstance(exc, PermissionDenied):
+        exc = drf_exceptions.PermissionDenied()
+    error = application_error_of(exc)
+    if error is not None:
+        return Response(error_body(error), error.http_status, headers=error.headers())
+    if isinstance(exc, drf_exceptions.APIException):  # another of DRF's (405, 406 ...): its own status
+        status_code = exc.status_code
+        detail: Any = exc.detail
+        extra: dict[str, Any] = {}
+        if isinstance(detail, dict | list):
+            extra["errors"] = detail
+            detail = "The request is invalid."
+        return Response(body_of(status_code, PROTOCOL_SLUGS.get(status_code, "error"), str(detail), **extra),
+                        status_code)
+    return None
+
+
+def application_error_of(exc: Exception) -> ApplicationError | None:
+    """The project's error for what Django or DRF raised (None: not one the contract names)."""
+    if isinstance(exc, ApplicationError):
+        return exc
+    if isinstance(exc, Http404 | drf_exceptions.NotFound):
+        return NotFound()
+    if isinstance(exc, RequestDataTooBig):
+        return PayloadTooLarge()
+    if isinstance(exc, drf_exceptions.NotAuthenticated | drf_exceptions.AuthenticationFailed):
+        return Unauthenticated()
+    if isinstance(exc, drf_exceptions.Throttled):
+        return RateLimited()
+    if isinstance(exc, drf_exceptions.ValidationError | drf_exceptions.ParseError):
+        detail = exc.detail
+        if isinstance(detail, dict | list):
+            return BadRequest("The request is invalid.", errors=detail)
+        return BadRequest(str(detail))
+    return None
+
+
+class DatabaseUnavailableMiddleware:
+    """A view that could not reach PostgreSQL (down, restarting, a connection cut) answers the contract's 503
+    with Retry-After, not a 500: the client may retry, and nothing was changed (its transaction rolled back)."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        return self.get_response(request)
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        if isinstance(exception, db.OperationalError | db.InterfaceError):
+            log.warning("PostgreSQL unavailable for %s %s: %s", request.method, request.path, exception)
+            return application_error_response(Unavailable())
+        return None
+
+
+def not_found_view(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    return application_error_response(NotFound())
+
+
+def server_error_view(request: HttpRequest) -> HttpResponse:
+    return json_response(body_of(500, "server_error", "Internal error."), 500)
+
+
+ERROR_SCHEMA = {
+    "type": "object",
+    "required": ["code", "status"],
+    "properties": {
+        "code": {"type": "integer", "description": "The HTTP status for protocol errors."},
+        "status": {"type": "string", "description": "A stable slug (CONTRACT.md)."},
+        "detail": {"type": "string"},
+    },
+}
+_ERROR_RESPONSES = {
+    "400": ("Malformed request: bad JSON, wrong types, bad Idempotency-Key, ids that are not ids.", "invalid_request"),
+    "401": ("Missing, bad or expired token (always the same body).", "unauthenticated"),
+    "404": ("Unknown, or someone else's.", "not_found"),
+    "429": ("Rate limited (Retry-After); nothing was changed or stored.", "rate_limited"),
+    "503": ("A required store is down; nothing was changed (Retry-After).", "unavailable"),
+}
+
+
+_DOCUMENTED_ELSEWHERE = {"409": "idempotency_in_flight", "413": "payload_too_large", "415": "unsupported_media_type",
+                         "422": "idempotency_mismatch"}
+
+
+def schema_postprocess(result: dict[str, Any], generator: Any, request: Any, public: bool) -> dict[str, Any]:
+    """Document the contract's error answers on every operation."""
+    components = result.setdefault("components", {}).setdefault("schemas", {})
+    components["Error"] = ERROR_SCHEMA
+    for path_item in result.setdefault("paths", {}).values():
+        for operation in path_item.values():
+            if not isinstance(operation, dict) or "responses" not in operation:
+                continue
+            for status_code, (description, slug) in _ERROR_RESPONSES.items():
+                operation["responses"].setdefault(status_code, {
+                    "description": description,
+                    "content": {"application/json": {
+                        "schema": {"$ref": "#/components/schemas/Error"},
+                        "example": {"code": int(status_code), "status": slug},
+                    }},
+                })
+            for status_code, slug in _DOCUMENTED_ELSEWHERE.items():  # the body of the answers views document
+                documented = operation["responses"].get(status_code)
+                if documented is not None and "content" not in documented:
+                    documented["content"] = {"application/json": {
+                        "schema": {"$ref": "#/components/schemas/Error"},
+                        "example": {"code": int(status_code), "status": slug},
+                    }}
+    return result
+
+
+class ShopperTokenScheme(OpenApiAuthenticationExtension):
+    """Document the shopper headers (X-User-Id + X-Token) as two API keys required together."""
+
+    target_class = "core.api.ShopperTokenAuthentication"
+    name = ["ShopperUserId", "ShopperToken"]
+
+    def get_security_definition(self, auto_schema: Any) -> list[dict[str, Any]]:
+        return [
+            {"type": "apiKey", "in": "header", "name": "X-User-Id",
+             "description": "The shopper's id: 1-64 characters of A-Z a-z 0-9 _ -"},
+            {"type": "apiKey", "in": "header", "name": "X-Token",
+             "description": "<expires>.<lowercase hex HMAC-SHA256(COUPONS_TOKEN_SECRET, '<user id>.<expires>')>"},
+        ]
+
+    def get_security_requirement(self, auto_schema: Any) -> dict[str, list[str]]:
+        return {"ShopperUserId": [], "ShopperToken": []}

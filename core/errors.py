@@ -1,0 +1,121 @@
+"""The one home of errors and codes (CONTRACT.md, Responses).
+
+`Code` lists every business code a decided request answers with (HTTP 200). An ApplicationError carries its
+whole HTTP form: `http_status`, `code`, `status` (the stable slug), `message` and `retry_after` (seconds, or
+None). One handler renders them (core.api.exception_handler for DRF views; core.http.error_answer for the
+claim's door); nothing else maps a status to a slug or a Retry-After. Every subclass is registered in
+ApplicationError.registry, and tests/core/test_errors.py checks that each slug has one HTTP status.
+"""
+from __future__ import annotations
+
+import enum
+from typing import ClassVar
+
+
+class Code(enum.IntEnum):
+    """Business codes of a decided request (HTTP 200), never renumbered: clients switch on them."""
+
+    DONE = 0  # claimed / reserved / redeemed / released / cancelled
+    LIMIT_REACHED = 1
+    SOLD_OUT = 2
+    NOT_STARTED = 3
+    ENDED = 4
+    PAUSED = 5
+    EXPIRED = 10
+    ALREADY_REDEEMED = 11
+    MIN_SPEND_NOT_MET = 12
+    NOT_YET_VALID = 13
+    REVOKED = 14
+    NOT_ELIGIBLE = 15
+    ON_HOLD = 16
+    HOLD_LAPSED = 17
+    NOT_HELD = 18
+    # 19 not_combinable, 20 not_applicable, 21 min_quantity_not_met: the contract's, for carts (issue 20),
+    # not answered yet.
+
+
+class ApplicationError(Exception):
+    """A refusal with a stable code and slug: raise a subclass, never build the JSON by hand."""
+
+    http_status: ClassVar[int] = 400
+    code: ClassVar[int] = 400  # the HTTP status for protocol errors
+    status: ClassVar[str] = "invalid_request"
+    message: str = ""
+    retry_after: ClassVar[int | None] = None  # seconds, sent as Retry-After
+    registry: ClassVar[dict[str, type[ApplicationError]]] = {}
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        ApplicationError.registry[f"{cls.__module__}.{cls.__qualname__}"] = cls
+
+    def __init__(self, message: str = "", **extra: object) -> None:
+        super().__init__(message or self.message)
+        self.message = message or self.message
+        self.extra = extra
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after)} if self.retry_after is not None else {}
+
+
+class BadRequest(ApplicationError):
+    message = "The request is malformed."
+
+
+class Unauthenticated(ApplicationError):
+    http_status = code = 401
+    status = "unauthenticated"
+    message = "Missing, invalid or expired token."
+
+
+class NotFound(ApplicationError):
+    http_status = code = 404
+    status = "not_found"
+    message = "Not found."
+
+
+class Conflict(ApplicationError):
+    http_status = code = 409
+    status = "conflict"
+
+
+class PayloadTooLarge(ApplicationError):
+    http_status = code = 413
+    status = "payload_too_large"
+    message = "The request body is too large."
+
+
+class UnsupportedMediaType(ApplicationError):
+    http_status = code = 415
+    status = "unsupported_media_type"
+    message = "Send the body as application/json."
+
+
+class RateLimited(ApplicationError):
+    http_status = code = 429
+    status = "rate_limited"
+    message = "Too many requests; retry after a second."
+    retry_after = 1
+
+
+class Unavailable(ApplicationError):
+    http_status = code = 503
+    status = "unavailable"
+    message = "A required store is unavailable; nothing was changed. Retry shortly."
+    retry_after = 1
+
+
+# The slug of each HTTP status that a framework (DRF, Django) raises without an ApplicationError.
+PROTOCOL_SLUGS = {
+    400: "invalid_request",
+    401: "unauthenticated",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    406: "not_acceptable",
+    409: "conflict",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    429: "rate_limited",
+    500: "server_error",
+    503: "unavailable",
+}

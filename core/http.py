@@ -1,0 +1,141 @@
+"""HTTP helpers every way in shares: the contract's JSON answers, ids, Idempotency-Key, JSON object bodies,
+the client's address and the shopper's token, each checked from a WSGI environ (Django's request.META is one)."""
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
+from django.http import HttpRequest, HttpResponse
+
+from .auth import authenticate
+from .errors import ApplicationError, BadRequest, PayloadTooLarge, Unauthenticated, UnsupportedMediaType
+
+ID_RE = re.compile(r"[1-9][0-9]{0,17}")  # a positive id that fits PostgreSQL's bigint
+IDEMPOTENCY_KEY_RE = re.compile(r"[\x20-\x7e]{1,255}")  # 1-255 printable ASCII characters
+MAX_BODY_BYTES = 16 * 1024
+CONTENT_LENGTH_RE = re.compile(r"[0-9]{1,12}")  # ASCII digits only: str.isdigit() admits '²' and '٢'
+
+
+def body_of(code: int, status: str, detail: str = "", **extra: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"code": code, "status": status}
+    if detail:
+        body["detail"] = detail
+    body.update(extra)
+    return body
+
+
+def json_response(body: dict[str, Any], status: int = 200, headers: dict[str, str] | None = None) -> HttpResponse:
+    response = HttpResponse(
+        json.dumps(body, separators=(",", ":"), ensure_ascii=False), content_type="application/json", status=status
+    )
+    for name, value in (headers or {}).items():
+        response[name] = value
+    return response
+
+
+def error_body(exc: ApplicationError) -> dict[str, Any]:
+    """The contract's JSON of a refusal."""
+    return body_of(exc.code, exc.status, exc.message, **exc.extra)
+
+
+def application_error_response(exc: ApplicationError) -> HttpResponse:
+    return json_response(error_body(exc), exc.http_status, exc.headers())
+
+
+def parse_id(text: str) -> int:
+    """Return the integer id in `text`, or raise BadRequest for anything that is not an id."""
+    if ID_RE.fullmatch(text) is None:
+        raise BadRequest("Not an id: ids are positive integers.")
+    return int(text)
+
+
+def idempotency_key(request: HttpRequest, *, required: bool = False) -> str | None:
+    """Return the request's Idempotency-Key, None when absent (and allowed); raise BadRequest when bad."""
+    return idempotency_key_of(request.META, required=required)
+
+
+def idempotency_key_of(meta: Mapping[str, Any], *, required: bool = False) -> str | None:
+    """idempotency_key() on a WSGI environ."""
+    key = meta.get("HTTP_IDEMPOTENCY_KEY")
+    if key is None:
+        if required:
+            raise BadRequest("An Idempotency-Key header is required.")
+        return None
+    if IDEMPOTENCY_KEY_RE.fullmatch(key) is None:
+        raise BadRequest("An Idempotency-Key is 1-255 printable ASCII characters.")
+    return key
+
+
+def json_object_body(request: HttpRequest, *, allow_empty: bool = True) -> dict[str, Any]:
+    """Return the JSON object in the request body, checking size and media type first."""
+    return json_object_of(request.META, lambda: request.body, allow_empty=allow_empty)
+
+
+def json_object_of(meta: Mapping[str, Any], read_body: Callable[[], bytes], *, allow_empty: bool = True
+                   ) -> dict[str, Any]:
+    """json_object_body() on a WSGI environ and a function that reads the body (called once, if at all)."""
+    length_text = meta.get("CONTENT_LENGTH") or "0"
+    if CONTENT_LENGTH_RE.fullmatch(length_text) is None:
+        raise BadRequest("Bad Content-Length.")
+    length = int(length_text)
+    if length > MAX_BODY_BYTES:
+        raise PayloadTooLarge()
+    if length == 0 and "chunked" not in (meta.get("HTTP_TRANSFER_ENCODING") or "").lower():
+        return {}  # nothing to read (the common claim: no body at all)
+    try:
+        raw = read_body()
+    except RequestDataTooBig as exc:
+        raise PayloadTooLarge() from exc
+    if len(raw) > MAX_BODY_BYTES:
+        raise PayloadTooLarge()
+    if not raw.strip():
+        if allow_empty:
+            return {}
+        raise BadRequest("A JSON object body is required.")
+    content_type = meta.get("CONTENT_TYPE") or ""
+    if content_type != "application/json":  # the usual one needs no normalizing
+        if content_type.split(";")[0].strip().lower() not in ("application/json", ""):
+            raise UnsupportedMediaType()
+    if raw == b"{}":
+        return {}  # the usual claim body, without the parser
+    try:
+        document = json.loads(raw)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # RecursionError: absurdly deep nesting
+        raise BadRequest("The body is not valid JSON.") from exc
+    if not isinstance(document, dict):
+        raise BadRequest("The body must be a JSON object.")
+    return document
+
+
+def client_ip(meta: Mapping[str, Any]) -> str | None:
+    """Return the client's address, normalized, for the per-IP limit: REMOTE_ADDR, or the address the
+    COUPONS_TRUSTED_PROXY_HOPS-th trusted proxy saw (X-Forwarded-For). None when it is not an address."""
+    hops = settings.COUPONS_TRUSTED_PROXY_HOPS
+    candidate = meta.get("REMOTE_ADDR")
+    if hops > 0:
+        forwarded = [part.strip() for part in (meta.get("HTTP_X_FORWARDED_FOR") or "").split(",") if part.strip()]
+        candidate = forwarded[-hops] if len(forwarded) >= hops else None
+    try:
+        return str(ipaddress.ip_address(candidate)) if candidate else None
+    except ValueError:
+        return None
+
+
+def shopper_id(request: HttpRequest) -> str:
+    """Return the authenticated shopper's user id, or raise Unauthenticated (no database involved)."""
+    return authenticated_user(request.META)
+
+
+def authenticated_user(meta: Mapping[str, Any]) -> str:
+    """shopper_id() on a WSGI environ."""
+    user_id = authenticate(meta.get("HTTP_X_USER_ID"), meta.get("HTTP_X_TOKEN"))
+    if user_id is None:
+        raise Unauthenticated()
+    return user_id
+
+

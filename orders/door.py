@@ -1,0 +1,79 @@
+"""The claim's door on the event loop: POST /api/v1/campaigns/{id}/claim answered by the web server's worker
+(and the ASGI application) without Django, through the claim's one implementation (orders.apis); every other
+request is handed on. The script goes through the loop's auto-pipelined Redis connection
+(campaigns/redis_async.py), so that a hundred shoppers' claims cost Redis one read and one write instead of a
+hundred. A claim decided without Redis (a refusal, a campaign this process knows is sold out) is answered at
+once: the web server then writes it in its parser's callback, without a task.
+"""
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Awaitable, Coroutine
+from typing import Any
+
+import orjson
+
+from core.http import MAX_BODY_BYTES, body_of
+from core.logs import request_id_from, request_id_var
+from core.web import headers_environ
+from webserver.interface import JSON_HEADERS, Application, Request, Response
+
+from .apis import Answer3, claim_answer_now
+
+log = logging.getLogger(__name__)
+CLAIM_PATH = re.compile(r"/api/v1/campaigns/([^/]+)/claim")
+
+
+class ClaimDoor:
+    def __init__(self, inner: Application) -> None:
+        self.inner = inner
+        self.body_limit = max(inner.body_limit, MAX_BODY_BYTES)
+
+    def answer(self, request: Request) -> Response | Awaitable[Response]:
+        if request.method == "POST":
+            match = CLAIM_PATH.fullmatch(request.path)
+            if match is not None:
+                return claim_response(request, match.group(1))
+        return self.inner.answer(request)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def claim_response(request: Request, campaign_id_text: str) -> Response | Awaitable[Response]:
+    """The claim's whole answer (or an awaitable of it), with the request's id on its log lines."""
+    meta = headers_environ(request.headers, request.client)
+    request_id = request_id_from(meta)
+    token = request_id_var.set(request_id)
+    try:
+        answer = claim_answer_now(meta, campaign_id_text, request.body[: MAX_BODY_BYTES + 1])
+    except Exception:  # never a bare 500 page: the contract's JSON, and the traceback in the log
+        log.exception("claim failed")
+        answer = _FAILED
+    finally:
+        request_id_var.reset(token)
+    if isinstance(answer, tuple):
+        return _encoded(answer, request_id)
+    return _later(answer, request_id)
+
+
+async def _later(pending: Coroutine[Any, Any, Answer3], request_id: str) -> Response:
+    token = request_id_var.set(request_id)
+    try:
+        answer = await pending
+    except Exception:
+        log.exception("claim failed")
+        answer = _FAILED
+    finally:
+        request_id_var.reset(token)
+    return _encoded(answer, request_id)
+
+
+_FAILED: Answer3 = (500, body_of(500, "server_error", "Internal error."), {})
+
+
+def _encoded(answer: Answer3, request_id: str) -> Response:
+    status, body, headers = answer
+    extra = [(name.lower().encode(), value.encode()) for name, value in headers.items()]
+    return status, [*JSON_HEADERS, (b"x-request-id", request_id.encode()), *extra], orjson.dumps(body)

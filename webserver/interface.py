@@ -1,0 +1,54 @@
+"""What the server hands an application and what it takes back: the whole of the server's interface.
+
+An application is any object with `body_limit` (the largest body it reads; a larger Content-Length is refused
+before the body is read), `answer(request)` and `close()`. `answer` returns the Response itself when it can
+answer at once (the server then writes it in the parser's callback), or an awaitable of one. Nothing here
+imports Django or the project's apps.
+"""
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from typing import Protocol
+from urllib.parse import unquote_to_bytes
+
+import orjson
+
+Headers = list[tuple[bytes, bytes]]
+Response = tuple[int, Headers, bytes]  # status, headers (lowercase names), the whole body
+JSON_HEADERS: Headers = [(b"content-type", b"application/json"), (b"x-content-type-options", b"nosniff")]
+
+
+class Request:
+    """One complete request: its head as received (header names lowercased, values raw) and its whole body."""
+
+    __slots__ = ("method", "path", "query", "headers", "body", "client", "server", "version", "scheme")
+
+    def __init__(self, method: str, path: str, query: bytes, headers: Headers, body: bytes, client: str,
+                 server: tuple[str, int], version: str = "1.1", scheme: str = "http") -> None:
+        self.method = method  # "GET", "POST", ...
+        self.path = path  # percent-decoded, as WSGI's PATH_INFO: the bytes as latin-1 characters
+        self.query = query  # raw, without the "?"
+        self.headers = headers
+        self.body = body
+        self.client = client  # the peer's address ("" when unknown)
+        self.server = server  # (host, port) the request came in on
+        self.version = version  # "1.1" or "1.0"
+        self.scheme = scheme
+
+
+class Application(Protocol):
+    body_limit: int
+
+    def answer(self, request: Request) -> Response | Awaitable[Response]: ...
+
+    def close(self) -> None: ...
+
+
+def error_response(status: int, slug: str, detail: str) -> Response:
+    """An error in the contract's JSON form ({code, status, detail}), for the server's own refusals."""
+    return status, list(JSON_HEADERS), orjson.dumps({"code": status, "status": slug, "detail": detail})
+
+
+def wsgi_path(raw_path: bytes) -> str:
+    """A request's percent-encoded path as WSGI's PATH_INFO holds it: the decoded bytes as latin-1."""
+    return (unquote_to_bytes(raw_path) if b"%" in raw_path else raw_path).decode("latin-1")

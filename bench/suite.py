@@ -21,7 +21,7 @@ Phases (bench/README.md documents each and how to read the report):
             Valkey through the claim script
   expiry    bench/expiry_sweep.py: 1,000,000 due coupons vs row by row, peak RSS
 
-Writes bench/results/suite-<timestamp>.json, .svg (chart) and .md (the table of docs/benchmarks.md). Exit 0: ran and every
+Writes bench/results/suite-<timestamp>.json, .svg (chart) and .md (docs/benchmarks.md's table). Exit 0: ran and every
 check passed; 2: ran but a check failed (a campaign not balanced, a goal's check not run); 1: could not run.
 """
 from __future__ import annotations

@@ -28,6 +28,7 @@ from campaigns.redis_state import ClaimCode, ClaimOutcomeUnknown, StoreUnavailab
 from campaigns.services import campaign_preheat, keys_expire_at
 from core.errors import NotFound, RateLimited, Unavailable
 from core.hot import hot
+from core.locks import AdvisoryLock
 from core.tracing import span
 from coupons import codes as coupon_codes
 from coupons.models import Coupon, CouponEvent, CouponEventType, CouponStatus
@@ -588,21 +589,18 @@ def campaigns_to_drain() -> list[int]:
 
 # --- rebuild, verify --------------------------------------------------------------------------------
 
-_LOCK_CLASS = 7301  # PostgreSQL advisory lock namespace: one rebuild or repair of a campaign at a time
-
-
 @contextlib.contextmanager
 def campaign_repair_lock(campaign_id: int) -> Iterator[bool]:
     """Hold the campaign's repair lock (a session advisory lock, re-entrant) if free; yield whether taken."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [_LOCK_CLASS, campaign_id])
+        cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [AdvisoryLock.CAMPAIGN_REPAIR, campaign_id])
         taken = bool(cursor.fetchone()[0])
     try:
         yield taken
     finally:
         if taken:
             with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [_LOCK_CLASS, campaign_id])
+                cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [AdvisoryLock.CAMPAIGN_REPAIR, campaign_id])
 
 
 class RepairBusy(Unavailable):

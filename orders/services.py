@@ -553,13 +553,6 @@ class _DrainHelper:
         report.caught_up = report.caught_up and self.report.caught_up
 
 
-def campaigns_to_drain() -> list[int]:
-    """Return the ids of campaigns whose ledger may hold entries (loaded and not past end + grace)."""
-    grace = timedelta(seconds=settings.COUPONS_KEY_GRACE_SECONDS)
-    ids = Campaign.objects.with_redis_state(at=timezone.now(), grace=grace).values_list("pk", flat=True)
-    return list(ids)
-
-
 # --- rebuild, verify --------------------------------------------------------------------------------
 
 @contextlib.contextmanager

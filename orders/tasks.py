@@ -15,6 +15,7 @@ from core.errors import Unavailable
 from core.logs import log_fields
 
 from . import ledger, services
+from .selectors import campaigns_to_drain
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +45,7 @@ def drain_campaign(campaign_id: int) -> dict:
 @shared_task(name="orders.tasks.drain_sweep", ignore_result=True)
 def drain_sweep() -> dict:
     """Every few seconds: drain every campaign with a backlog and take over entries of dead workers."""
-    campaign_ids = services.campaigns_to_drain()
+    campaign_ids = campaigns_to_drain()
     try:
         backlog = ledger.backlog_sizes(campaign_ids)
     except StoreUnavailable:
@@ -125,7 +126,7 @@ def housekeeping() -> dict:
     now_ms = int(timezone.now().timestamp() * 1000)
     retention_ms = settings.COUPONS_LEDGER_RETENTION_SECONDS * 1000
     trimmed = 0
-    for campaign_id in services.campaigns_to_drain():
+    for campaign_id in campaigns_to_drain():
         try:
             trimmed += ledger.trim(campaign_id, retention_ms=retention_ms, now_ms=now_ms)
         except StoreUnavailable:

@@ -36,6 +36,7 @@ from coupons.services import coupon_revoke
 
 from . import ledger, metrics
 from .models import Claim, ClaimStatus
+from .sold_out import SOLD_OUT_FOR_SECONDS, forget_sold_out, sold_out_until
 
 log = logging.getLogger(__name__)
 
@@ -97,15 +98,7 @@ def _campaign_facts(campaign_id: int) -> _CampaignFacts:
 
 def forget_campaign_facts() -> None:
     _facts.clear()
-    _sold_out_until.clear()
-
-
-# After a campaign sells out, claims without an Idempotency-Key are answered from this process's memory
-# for a moment, without a Redis round trip (a storm goes on long after the last coupon). Short-lived, so
-# stock given back (a cancel, a restock) is sold again within the second. A claim with a key always asks
-# Redis: its first answer may have been 'claimed', and a repeat must replay it.
-_SOLD_OUT_FOR_SECONDS = 0.5
-_sold_out_until: dict[int, float] = {}
+    sold_out_until.clear()
 
 
 class ClaimsRateLimited(RateLimited):
@@ -167,10 +160,10 @@ async def claim_create_async(
 
 
 def known_sold_out(campaign_id: int, idempotency_key: str | None) -> ClaimOutcome | None:
-    """The sold_out outcome when this process saw the campaign sold out less than _SOLD_OUT_FOR_SECONDS ago
+    """The sold_out outcome when this process saw the campaign sold out less than SOLD_OUT_FOR_SECONDS ago
     (answered without Redis); None otherwise, and always for a claim with an Idempotency-Key (whose repeat
     must get its first answer, which only Redis knows)."""
-    if idempotency_key is None and _sold_out_until.get(campaign_id, 0.0) > time.monotonic():
+    if idempotency_key is None and sold_out_until.get(campaign_id, 0.0) > time.monotonic():
         return ClaimOutcome(ClaimCode.SOLD_OUT, CLAIM_STATUSES[ClaimCode.SOLD_OUT], campaign_id, None)
     return None
 
@@ -188,9 +181,9 @@ def _claim_outcome(campaign_id: int, result: redis_state.ClaimResult | None) -> 
     if result.trigger_drain:
         drain_trigger.request(campaign_id)
     if result.code == ClaimCode.SOLD_OUT:
-        if len(_sold_out_until) > 10_000:
-            _sold_out_until.clear()
-        _sold_out_until[campaign_id] = time.monotonic() + _SOLD_OUT_FOR_SECONDS
+        if len(sold_out_until) > 10_000:
+            sold_out_until.clear()
+        sold_out_until[campaign_id] = time.monotonic() + SOLD_OUT_FOR_SECONDS
     claimed = result.code == ClaimCode.CLAIMED
     return ClaimOutcome(
         code=int(result.code),
@@ -620,7 +613,7 @@ def _rebuild(campaign: Campaign) -> int:
         rate_limit=campaign.admits_per_second,
     )
     Campaign.objects.filter(pk=campaign.pk, preheated_at__isnull=True).update(preheated_at=timezone.now())
-    _sold_out_until.pop(campaign.pk, None)
+    forget_sold_out(campaign.pk)
     figures = {"remaining": stock, "claims": sum(counts.values()), "given_back": len(cancelled),
                "answers_restored": answers}
     CampaignEvent.objects.create(campaign=campaign, type=CampaignEventType.REBUILT, actor="rebuild", data=figures)
@@ -801,7 +794,7 @@ def _restock(claim: Claim) -> None:
         raise Unavailable() from exc
     if result == redis_state.RestockResult.NO_STATE:
         raise CampaignStateLost()
-    _sold_out_until.pop(claim.campaign_id, None)  # this process sells it again at once (others within 0.5 s)
+    forget_sold_out(claim.campaign_id)  # this process sells it again at once (others within 0.5 s)
 
 
 def _insert_cancelled_claim(entry: ledger.LedgerEntry) -> bool:

@@ -17,13 +17,13 @@ from django.utils import timezone
 
 from campaigns import redis_state
 from campaigns.models import Campaign
+from campaigns.rebuild import campaign_repair_lock
 
 from .models import Reconciliation
+from .rebuild import campaign_rebuild
 from .services import (
     Balance,
     _insert_cancelled_claim,
-    campaign_rebuild,
-    campaign_repair_lock,
     campaign_verify,
     persist_entries,
 )

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 import json
 import logging
@@ -10,9 +9,8 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, NamedTuple, NoReturn
 
 from django.conf import settings
@@ -24,10 +22,9 @@ from campaigns import redis_state
 from campaigns.errors import CampaignStateLost
 from campaigns.models import Campaign, CampaignEvent, CampaignEventType
 from campaigns.redis_state import ClaimCode, ClaimOutcomeUnknown, StoreUnavailable
-from campaigns.services import campaign_preheat, keys_expire_at
+from campaigns.services import campaign_preheat
 from core.errors import NotFound, RateLimited, Unavailable
 from core.hot import hot
-from core.locks import AdvisoryLock
 from core.tracing import span
 from coupons.codes import new_codes
 from coupons.models import Coupon, CouponEvent, CouponEventType, CouponStatus
@@ -546,94 +543,7 @@ class _DrainHelper:
         report.caught_up = report.caught_up and self.report.caught_up
 
 
-# --- rebuild, verify --------------------------------------------------------------------------------
-
-@contextlib.contextmanager
-def campaign_repair_lock(campaign_id: int) -> Iterator[bool]:
-    """Hold the campaign's repair lock (a session advisory lock, re-entrant) if free; yield whether taken."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [AdvisoryLock.CAMPAIGN_REPAIR, campaign_id])
-        taken = bool(cursor.fetchone()[0])
-    try:
-        yield taken
-    finally:
-        if taken:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [AdvisoryLock.CAMPAIGN_REPAIR, campaign_id])
-
-
-class RepairBusy(Unavailable):
-    message = "Another rebuild or repair of this campaign is running; retry shortly."
-
-
-def campaign_rebuild(*, campaign: Campaign) -> int:
-    """Rebuild a campaign's lost Redis state from PostgreSQL and return the stock it now has.
-
-    Drains whatever the ledger still holds first (taking over every unacknowledged entry), so that no
-    claim Redis accepted is forgotten, then loads per-user counts, the stream's last id and the stock.
-    One at a time per campaign (RepairBusy otherwise).
-    """
-    with campaign_repair_lock(campaign.pk) as taken:
-        if not taken:
-            raise RepairBusy()
-        return _rebuild(campaign)
-
-
-def _rebuild(campaign: Campaign) -> int:
-    try:
-        return campaign_preheat(campaign=campaign).remaining
-    except CampaignStateLost:
-        pass
-    drain_campaign(campaign_id=campaign.pk, reclaim_idle_ms=0, max_seconds=600)
-    claims = Claim.objects.filter(campaign=campaign).exclude(status=ClaimStatus.CANCELLED)
-    counts = dict(claims.values_list("user_id").annotate(n=Count("id")).values_list("user_id", "n"))
-    last = (
-        Claim.objects.filter(campaign=campaign)
-        .extra(select={"ms": "split_part(claim_id, '-', 2)::bigint", "seq": "split_part(claim_id, '-', 3)::bigint"})
-        .order_by("-ms", "-seq")
-        .values_list("ms", "seq")
-        .first()
-    )
-    cancelled = list(
-        Claim.objects.filter(campaign=campaign, status=ClaimStatus.CANCELLED).values_list("claim_id", flat=True)
-    )
-    ledger.replace_claim_records(campaign.pk, counts, cancelled)
-    answers = _restore_answers(campaign)  # before the stock exists: no claim is decided until then
-    remaining = campaign.total_stock - sum(counts.values())
-    _, stock = redis_state.load_state(
-        campaign_id=campaign.pk,
-        starts_at=campaign.starts_at,
-        ends_at=campaign.ends_at,
-        paused=campaign.paused,
-        per_user_limit=campaign.per_user_limit,
-        total_stock=campaign.total_stock,
-        expire_at=keys_expire_at(campaign),
-        initial_stock=max(remaining, 0),
-        last_ledger_id=f"{last[0]}-{last[1]}" if last else "0-0",
-        rate_limit=campaign.admits_per_second,
-    )
-    Campaign.objects.filter(pk=campaign.pk, preheated_at__isnull=True).update(preheated_at=timezone.now())
-    forget_sold_out(campaign.pk)
-    figures = {"remaining": stock, "claims": sum(counts.values()), "given_back": len(cancelled),
-               "answers_restored": answers}
-    CampaignEvent.objects.create(campaign=campaign, type=CampaignEventType.REBUILT, actor="rebuild", data=figures)
-    log.warning("rebuilt campaign %s in Redis from PostgreSQL: %s left", campaign.pk, stock)
-    return stock if stock is not None else 0
-
-
-def _restore_answers(campaign: Campaign) -> int:
-    """Store again the 'claimed' answer of every claim made with an Idempotency-Key in the last 24 hours."""
-    keep_ms = settings.COUPONS_IDEMPOTENCY_TTL_SECONDS * 1000
-    now_ms = int(time.time() * 1000)
-    prefix = len(f"{campaign.pk}-")
-    answers = []
-    rows = Claim.objects.filter(campaign=campaign, claimed_at__gt=timezone.now() - timedelta(milliseconds=keep_ms))
-    for user_id, digest, claim_id in rows.exclude(key_digest="").values_list("user_id", "key_digest", "claim_id"):
-        ledger_id = claim_id[prefix:]
-        left_ms = keep_ms - (now_ms - int(ledger_id.partition("-")[0]))
-        if left_ms > 0:
-            answers.append((user_id, digest, ledger_id, left_ms))
-    return ledger.restore_answers(campaign.pk, answers)
+# --- verify ------------------------------------------------------------------------------------
 
 
 @dataclass

@@ -37,7 +37,7 @@ class StoreUnavailable(Exception):
 class ClaimOutcomeUnknown(StoreUnavailable):
     """The claim's reply was lost and its answer could not be read (Redis still unreachable after the
     deadline). The caller answers 503, so the claim, if it ran, must be taken back: run_void() once Redis
-    answers again (orders.services does it in the background)."""
+    answers again (orders.claim.ClaimVoider does it in the background)."""
 
     def __init__(self, message: str, *, campaign_id: int, user_id: str, answer_key: str, token: str) -> None:
         super().__init__(message)

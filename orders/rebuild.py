@@ -17,8 +17,8 @@ from campaigns.models import Campaign
 from campaigns.rebuild import ClaimRecords, RepairBusy, campaign_repair_lock, campaign_state_rebuild
 from campaigns.services import campaign_preheat
 
+from .drain import drain_campaign
 from .models import Claim, ClaimStatus
-from .services import drain_campaign
 from .sold_out import forget_sold_out
 
 

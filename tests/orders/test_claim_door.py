@@ -14,7 +14,7 @@ from prometheus_client import REGISTRY
 from config.asgi import make_application
 from config.wsgi import application as django_application
 from core.auth import mint_token, token_signature
-from orders import services
+from orders.claim import known_sold_out
 from orders.metrics import CLAIM_TALLY
 from orders.sold_out import sold_out_until
 from webserver.interface import Request, Response
@@ -112,7 +112,7 @@ def sold_out(door, live_campaign: Any) -> Any:
     first, late = claim(door, campaign.pk, plain("late"))
     assert not isinstance(first, tuple)  # no flag yet: Redis decides
     assert decoded(late)[2]["status"] == "sold_out"
-    assert services.known_sold_out(campaign.pk, None) is not None  # the script's answer raised the flag
+    assert known_sold_out(campaign.pk, None) is not None  # the script's answer raised the flag
     sold_out_until[campaign.pk] = time.monotonic() + 600
     yield campaign
     sold_out_until.pop(campaign.pk, None)

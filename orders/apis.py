@@ -36,9 +36,10 @@ from coupons.idempotency import Answer, run_idempotent
 from coupons.selectors import coupon_for_claim
 
 from . import ledger
+from .cancel import claim_cancel
+from .claim import ClaimOutcome, claim_create, claim_create_async, known_sold_out
 from .metrics import CLAIM_TALLY
 from .models import Claim, ClaimStatus
-from .services import ClaimOutcome, claim_cancel, claim_create, claim_create_async, known_sold_out
 
 REPLAYED = {"Idempotent-Replayed": "true"}
 

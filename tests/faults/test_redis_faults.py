@@ -77,7 +77,7 @@ def test_a_frozen_redis_is_a_503_within_a_second_and_healthz_does_not_notice(fau
     checks = [(took, value) for started, took, value in health.samples if window.start < started < window.end]
     assert checks and all(value == 200 and took < FAST_503_SECONDS for took, value in checks), checks
     # A claim Redis ran the instant it froze, whose reply it had not yet written, was answered 503: it has
-    # been taken back since (orders.services.ClaimVoider), so no coupon is left for it (I4).
+    # been taken back since (orders.claim.ClaimVoider), so no coupon is left for it (I4).
     assert not problems
 
 

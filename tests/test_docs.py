@@ -35,11 +35,6 @@ READS = re.compile(r"""(?:\benv|env_bool|env_int|env_float|environ\.get|getenv|e
                    r"""["']([A-Z][A-Z0-9_]+)["']""")
 NOT_OURS = {"TERM", "PATH"}  # the terminal's and the shell's
 
-# Modules README's map names that land with the re-layering (split out of orders/services.py, moved out of
-# campaigns/services.py, added to core/): allowed to be missing until then, checked like any other path once
-# they exist. Empty this once they have landed.
-LANDING = {"core/locks.py", "campaigns/rebuild.py", "orders/claim.py", "orders/drain.py", "orders/verify.py",
-           "orders/cancel.py", "orders/close.py"}
 
 
 def read_variables() -> dict[str, set[str]]:
@@ -233,7 +228,7 @@ def map_paths() -> list[str]:
 def test_every_path_the_readme_map_names_exists() -> None:
     paths = map_paths()
 
-    missing = [path for path in paths if not any(ROOT.glob(path.rstrip("/"))) and path not in LANDING]
+    missing = [path for path in paths if not any(ROOT.glob(path.rstrip("/")))]
 
     assert len(paths) >= 40
     assert missing == []

@@ -21,6 +21,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from .auth import TOKEN_RE, USER_ID_RE
 from .errors import (
     PROTOCOL_SLUGS,
     ApplicationError,
@@ -188,6 +189,17 @@ def idempotency_key_parameter(*, required: bool) -> OpenApiParameter:
         description="1-255 printable ASCII characters; a repeat replays the first answer (Idempotent-Replayed: "
                     "true)",
     )
+
+
+def shopper_header_parameters() -> list[OpenApiParameter]:
+    """The shopper's headers as core.auth.authenticate() reads them, for a view that documents them as parameters
+    (the claim; DRF views have them as ShopperTokenScheme's security scheme)."""
+    return [
+        OpenApiParameter("X-User-Id", pattern_schema(USER_ID_RE), OpenApiParameter.HEADER, required=True,
+                         description="The shopper's id: 1-64 characters of A-Z a-z 0-9 _ -"),
+        OpenApiParameter("X-Token", pattern_schema(TOKEN_RE), OpenApiParameter.HEADER, required=True,
+                         description="<expires>.<hex HMAC-SHA256(secret, '<user id>.<expires>')>"),
+    ]
 
 
 ERROR_SCHEMA = {

@@ -16,7 +16,14 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from campaigns.redis_state import StoreUnavailable
-from core.api import ShopperApi, ShopperTokenAuthentication, id_parameter, idempotency_key_parameter, pattern_schema
+from core.api import (
+    ShopperApi,
+    ShopperTokenAuthentication,
+    id_parameter,
+    idempotency_key_parameter,
+    pattern_schema,
+    shopper_header_parameters,
+)
 from core.errors import ApplicationError, BadRequest, NotFound, Unavailable
 from core.hot import hot
 from core.http import (
@@ -203,8 +210,8 @@ _CLAIM_RESULT = {
 class CampaignClaimApi(APIView):
     """The claim's OpenAPI operation, and only that: the claim never runs through DRF (the hot path), but through
     claim_request_of(), by campaign_claim (Django) or orders/door.py. The parameters are the ones it reads, built
-    from the expressions it checks them with (core.http's ID_RE and IDEMPOTENCY_KEY_RE); the shopper's headers
-    are ShopperTokenAuthentication's security scheme, as on every other operation."""
+    from the expressions it checks them with (core.http's ID_RE and IDEMPOTENCY_KEY_RE, core.auth's USER_ID_RE and
+    TOKEN_RE)."""
 
     authentication_classes = [ShopperTokenAuthentication]
     permission_classes = [IsAuthenticated]
@@ -222,6 +229,7 @@ class CampaignClaimApi(APIView):
         ),
         parameters=[
             id_parameter("campaign_id"),
+            *shopper_header_parameters(),
             idempotency_key_parameter(required=False),
             OpenApiParameter("Idempotent-Replayed", {"type": "string", "enum": ["true"]}, OpenApiParameter.HEADER,
                              response=[200], description="The answer is the first one of this Idempotency-Key."),

@@ -220,6 +220,7 @@ def component(schema: dict[str, Any], name: str) -> dict[str, Any]:
 
 def test_the_schemas_patterns_are_the_validators_own_expressions(schema) -> None:
     from campaigns.money import AMOUNT_PLACES, MINOR_UNITS, amount_re
+    from core.auth import TOKEN_RE, USER_ID_RE
     from core.http import ID_RE, IDEMPOTENCY_KEY_RE
     from coupons.apis import ORDER_ID_RE
     from coupons.codes import CODE_RE
@@ -238,6 +239,9 @@ def test_the_schemas_patterns_are_the_validators_own_expressions(schema) -> None
         method = "post" if path.endswith("claim") else "get"
         assert parameter(schema, method, path, "path", "campaign_id")["schema"] == {
             "type": "string", "pattern": pattern(ID_RE), "example": "42"}, path
+    claim = "/api/v1/campaigns/{campaign_id}/claim"
+    assert parameter(schema, "post", claim, "header", "X-User-Id")["schema"]["pattern"] == pattern(USER_ID_RE)
+    assert parameter(schema, "post", claim, "header", "X-Token")["schema"]["pattern"] == pattern(TOKEN_RE)
     for method, path in (("get", "/api/v1/claims/{claim_id}"), ("post", "/api/v1/claims/{claim_id}/cancel")):
         assert parameter(schema, method, path, "path", "claim_id")["schema"]["pattern"] == pattern(CLAIM_ID_RE)
     for action in actions:

@@ -155,8 +155,17 @@ def known_sold_out(campaign_id: int, idempotency_key: str | None) -> ClaimOutcom
     (answered without Redis); None otherwise, and always for a claim with an Idempotency-Key (whose repeat
     must get its first answer, which only Redis knows)."""
     if idempotency_key is None and sold_out_until.get(campaign_id, 0.0) > time.monotonic():
-        return ClaimOutcome(ClaimCode.SOLD_OUT, CLAIM_STATUSES[ClaimCode.SOLD_OUT], campaign_id, None)
+        outcome = _sold_out_outcomes.get(campaign_id)
+        if outcome is None:
+            if len(_sold_out_outcomes) > 10_000:
+                _sold_out_outcomes.clear()
+            outcome = _sold_out_outcomes[campaign_id] = ClaimOutcome(
+                ClaimCode.SOLD_OUT, CLAIM_STATUSES[ClaimCode.SOLD_OUT], campaign_id, None)
+        return outcome
     return None
+
+
+_sold_out_outcomes: dict[int, ClaimOutcome] = {}  # one per campaign: a tuple, the same for every answer
 
 
 def _claim_outcome(campaign_id: int, result: redis_state.ClaimResult | None) -> ClaimOutcome:

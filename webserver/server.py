@@ -481,15 +481,19 @@ class Worker:
 
     def answer(self, incoming: Incoming, connection: HttpConnection) -> Response | Awaitable[Response]:
         """The application's answer to a complete request (or an awaitable of it); static files are ours."""
-        try:
-            url = httptools.parse_url(incoming.url)
-        except httptools.HttpParserInvalidURLError:  # one llhttp let through (http://host:99999/)
-            return error_response(400, "invalid_request", "Malformed request target.")
-        path = wsgi_path(url.path or b"/")
+        target = incoming.url
+        if target[:1] == b"/" and b"?" not in target and b"%" not in target and b"#" not in target:
+            path, query = target.decode("latin-1"), b""  # the usual target: a plain path, nothing to parse
+        else:
+            try:
+                url = httptools.parse_url(target)
+            except httptools.HttpParserInvalidURLError:  # one llhttp let through (http://host:99999/)
+                return error_response(400, "invalid_request", "Malformed request target.")
+            path, query = wsgi_path(url.path or b"/"), url.query or b""
         method = incoming.method
         if self.static is not None and method in ("GET", "HEAD") and path.startswith(self.static[0]):
-            return self.static_or_app(incoming, connection, path, url.query or b"")
-        return self.app.answer(self.request_of(incoming, connection, path, url.query or b""))
+            return self.static_or_app(incoming, connection, path, query)
+        return self.app.answer(self.request_of(incoming, connection, path, query))
 
     def request_of(self, incoming: Incoming, connection: HttpConnection, path: str, query: bytes) -> Request:
         body = b"" if incoming.skip_body else bytes(incoming.body)  # skipped: refused by its Content-Length

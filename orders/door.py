@@ -2,8 +2,8 @@
 (and the ASGI application) without Django, through the claim's one implementation (orders.apis); every other
 request is handed on. The script goes through the loop's auto-pipelined Redis connection
 (campaigns/redis_async.py), so that a hundred shoppers' claims cost Redis one read and one write instead of a
-hundred. A claim decided without Redis (a refusal, a campaign this process knows is sold out) is answered at
-once: the web server then writes it in its parser's callback, without a task.
+hundred. A claim decided without Redis (a refusal, a campaign this process knows is sold out) is answered
+without a coroutine: the Response itself.
 """
 from __future__ import annotations
 

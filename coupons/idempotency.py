@@ -31,6 +31,7 @@ class IdempotencyInFlight(ApplicationError):
     code = 409
     status = "idempotency_in_flight"
     message = "A request with this Idempotency-Key is still being processed; retry shortly."
+    retry_after = 1
 
 
 class IdempotencyMismatch(ApplicationError):

@@ -119,13 +119,13 @@ def test_the_expiry_sweep_and_the_drift_repair_are_traced_with_what_they_did(spa
 
 def test_a_claim_is_traced_with_its_campaign_outcome_and_claim_id_through_both_doors(spans, live_campaign) -> None:
 
-    from orders.apis import claim_answer, claim_answer_async
+    from orders.apis import claim_answer, claim_answer_now
 
     from .conftest import run_coroutine, shopper_headers
 
     campaign = live_campaign(total_stock=1, per_user_limit=1)
     status, body, _ = claim_answer(shopper_headers("ann"), str(campaign.pk), lambda: b"")
-    status2, body2, _ = run_coroutine(claim_answer_async(shopper_headers("bob"), str(campaign.pk), b""))
+    status2, body2, _ = run_coroutine(claim_answer_now(shopper_headers("bob"), str(campaign.pk), b""))
 
     claims = named(spans, "couponrush.claim")
     assert (status, body["status"], status2, body2["status"]) == (200, "claimed", 200, "sold_out")

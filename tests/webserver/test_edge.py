@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+from campaigns.redis_state import campaign_keys, redis_client
+
 from ..conftest import ROOT, free_port, process_env, stop_group, wait_for
 from ..test_server import HEADER_LIMIT, Client, Server, assert_error, request, shopper
 
@@ -265,3 +267,43 @@ def _answers(port: int) -> bool:
     with Client(port, timeout=2) as client:
         client.send(request("GET", "/"))
         return client.reply().status == 200
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Behind a proxy, and bodies
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_forwarded_address_from_a_peer_that_is_no_trusted_proxy_does_not_escape_the_address_limit(
+        tmp_path, live_campaign) -> None:
+    server = Server(tmp_path / "server.log", env={"COUPONS_RATE_LIMIT_IP_PER_SECOND": "2",
+                                                  "COUPONS_TRUSTED_PROXY_HOPS": "1",
+                                                  "COUPONS_TRUSTED_PROXIES": "10.1.1.1/32"})
+    try:
+        campaign = live_campaign(total_stock=100, per_user_limit=1)
+        for attempt in range(3):  # the five within one second of the limit's clock
+            time.sleep(1 - time.time() % 1 + 0.01)
+            statuses = []
+            with Client(server.port) as client:
+                for i in range(5):
+                    client.send(request("POST", f"/api/v1/campaigns/{campaign.pk}/claim",
+                                        {**shopper(f"f{attempt}-{i}"), "X-Forwarded-For": f"198.51.100.{i}",
+                                         "Content-Type": "application/json"}, b"{}"))
+                    statuses.append(client.reply().status)
+            if time.time() % 1 < 0.9:
+                break
+    finally:
+        server.stop()
+    assert statuses == [200, 200, 429, 429, 429]  # one address, the peer's: the header is not the proxy's
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("body", [b'{"x": NaN}', b'{"x": Infinity}', b'{"x": -Infinity}', b'[NaN]'])
+def test_a_claim_body_that_is_not_rfc_8259_json_is_a_400_and_claims_nothing(run_server, live_campaign, body) -> None:
+    campaign = live_campaign(total_stock=5)
+    with Client(run_server.port) as client:
+        client.send(request("POST", f"/api/v1/campaigns/{campaign.pk}/claim",
+                            {**shopper("ann"), "Content-Type": "application/json"}, body))
+        reply = client.reply()
+    assert (reply.status, reply.json()["status"]) == (400, "invalid_request")
+    assert int(redis_client().get(campaign_keys(campaign.pk).stock)) == 5

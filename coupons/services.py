@@ -15,7 +15,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from campaigns.models import Audience
-from core.errors import ApplicationError, NotFound
+from core.errors import ApplicationError, NotFound, Unavailable
 
 from .codes import normalize_code
 from .models import Coupon, CouponEvent, CouponEventType, CouponStatus
@@ -33,12 +33,9 @@ class CurrencyMismatch(ApplicationError):
     status = "invalid_request"
 
 
-class Contention(ApplicationError):
+class Contention(Unavailable):
     """The coupon changed under us MAX_ATTEMPTS times in a row; nothing was changed by this request."""
 
-    http_status = 503
-    code = 503
-    status = "unavailable"
     message = "The coupon is changing too fast; retry."
 
 

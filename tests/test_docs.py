@@ -1,9 +1,12 @@
-"""The documentation can't drift from the code: every environment variable the settings, the dev entry point,
-tracing and the worker's metrics read is in the README's configuration table; every endpoint has a curl line;
-every operation of the OpenAPI schema has a description, and every business code of the contract has an example
-in it."""
+"""The documentation can't drift from the code: every environment variable the project's code reads is in
+docs/configuration.md with a default; every endpoint has a curl line in docs/api.md; every business code the
+service answers with is the contract's and is in docs/api.md's table; every operation of the OpenAPI schema has a
+description, and every business code of the contract an example in it. README.md stays short (12 KB at most),
+every path its map ("Where to change what") names exists, and every relative link of README.md, docs/ and
+bench/README.md points to a file of the repository (and to a heading of it, with a #fragment)."""
 from __future__ import annotations
 
+import fnmatch
 import json
 import re
 from pathlib import Path
@@ -14,15 +17,29 @@ from django.urls import URLPattern, URLResolver, get_resolver
 
 from .conftest import ROOT
 
-README = (ROOT / "README.md").read_text()
+README_PATH = ROOT / "README.md"
+README = README_PATH.read_text()
+README_LIMIT = 12 * 1024  # bytes: what couponrush is, the two commands, the map, the links; the rest is in docs/
+DOCS = ROOT / "docs"
+CONFIGURATION = (DOCS / "configuration.md").read_text()
+API = (DOCS / "api.md").read_text()
 CONTRACT = ROOT.parent / "shared" / "CONTRACT.md"
+LINKED_FROM = [README_PATH, *sorted(DOCS.glob("*.md")), ROOT / "bench" / "README.md"]
 
-# Files whose environment variables are the operator's to set. A variable read in them is in the README.
-CONFIGURED_BY = [*sorted((ROOT / "config" / "settings").glob("*.py")), ROOT / "devstack" / "__init__.py",
-                 ROOT / "core" / "tracing.py", ROOT / "orders" / "metrics.py"]
+# The project's code, whose environment variables are the operator's to set: a variable read in it is in
+# docs/configuration.md (settings, entry points, devstack, tracing, metrics, the web server, the apps).
+PACKAGES = ("config", "core", "webserver", "campaigns", "coupons", "orders", "storefront", "devstack", "deploy")
+CONFIGURED_BY = sorted(path for package in PACKAGES for path in (ROOT / package).rglob("*.py")
+                       if "migrations" not in path.parts)
 READS = re.compile(r"""(?:\benv|env_bool|env_int|env_float|environ\.get|getenv|environ\.setdefault)\(\s*"""
                    r"""["']([A-Z][A-Z0-9_]+)["']""")
 NOT_OURS = {"TERM", "PATH"}  # the terminal's and the shell's
+
+# Modules README's map names that land with the re-layering (split out of orders/services.py, moved out of
+# campaigns/services.py, added to core/): allowed to be missing until then, checked like any other path once
+# they exist. Empty this once they have landed.
+LANDING = {"core/locks.py", "campaigns/rebuild.py", "orders/claim.py", "orders/drain.py", "orders/verify.py",
+           "orders/cancel.py", "orders/close.py"}
 
 
 def read_variables() -> dict[str, set[str]]:
@@ -34,12 +51,11 @@ def read_variables() -> dict[str, set[str]]:
 
 
 def configuration_table() -> dict[str, str]:
-    """`variable` cells of the README's "## Configuration" tables, with the default cell of each row."""
-    section = README.split("\n## Configuration", 1)[1].split("\n## ", 1)[0]
+    """`variable` cells of docs/configuration.md's tables, with the default cell of each row."""
     rows: dict[str, str] = {}
-    for line in section.splitlines():
+    for line in CONFIGURATION.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) >= 3 and cells[0].startswith("`"):
+        if line.startswith("|") and len(cells) >= 3 and cells[0].startswith("`"):
             for name in re.findall(r"`([A-Z][A-Z0-9_]+)`", cells[0]):
                 rows[name] = cells[1]
     return rows
@@ -51,7 +67,7 @@ def test_the_scan_finds_the_variables_it_should() -> None:
             "COUPONRUSH_WORKER_METRICS_PORT", "DATABASE_STATEMENT_TIMEOUT_MS"} <= set(found)
 
 
-def test_every_environment_variable_read_is_in_the_readme_configuration_table_with_a_default() -> None:
+def test_every_environment_variable_read_is_in_the_configuration_doc_with_a_default() -> None:
     table = configuration_table()
 
     missing = {name: sorted(files) for name, files in read_variables().items() if name not in table}
@@ -60,7 +76,7 @@ def test_every_environment_variable_read_is_in_the_readme_configuration_table_wi
     assert {name for name, default in table.items() if not default} == set()
 
 
-def test_the_readme_has_a_curl_line_for_every_endpoint() -> None:
+def test_the_api_doc_has_a_curl_line_for_every_endpoint() -> None:
     def routes(patterns: list[Any], prefix: str = "") -> list[str]:
         out = []
         for pattern in patterns:
@@ -70,7 +86,7 @@ def test_the_readme_has_a_curl_line_for_every_endpoint() -> None:
             out.append(prefix + str(pattern.pattern))
         return out
 
-    curl_lines = [line for line in README.replace("\\\n", " ").splitlines() if "curl " in line]
+    curl_lines = [line for line in API.replace("\\\n", " ").splitlines() if "curl " in line]
     missing = []
     for route in routes(get_resolver().url_patterns):
         # campaigns/<str:campaign_id>/claim -> campaigns/[^ ]+/claim
@@ -111,17 +127,33 @@ def examples(schema: dict[str, Any]) -> list[dict[str, Any]]:
     return found
 
 
+def code_rows(table: str) -> list[tuple[int, str]]:
+    """(code, status) of each row of a business code table: `| 0 | `claimed` / `reserved` |` is two pairs of
+    code 0, `| 3 / 4 / 5 | `not_started` / `ended` / `paused` |` three pairs, one code each."""
+    pairs = []
+    for line in table.splitlines():
+        match = re.match(r"\|\s*(\d+(?:\s*/\s*\d+)*)\s*\|(.*?)\|", line)
+        if match:
+            codes = [int(code) for code in re.findall(r"\d+", match.group(1))]
+            slugs = re.findall(r"`([a-z_]+)`", match.group(2))
+            if len(codes) == 1:
+                pairs += [(codes[0], slug) for slug in slugs]
+            else:
+                assert len(codes) == len(slugs), f"codes and slugs do not pair up: {line}"
+                pairs += list(zip(codes, slugs, strict=True))
+    return pairs
+
+
 def contract_codes() -> list[tuple[int, str]]:
-    """(code, status) of the contract's business code table, one row per status slug."""
+    """(code, status) of the contract's business code table, one pair per status slug."""
     if not CONTRACT.exists():
         pytest.skip(f"{CONTRACT} is not beside the project")
-    section = CONTRACT.read_text().split("Business codes", 1)[1].split("\n## ", 1)[0]
-    codes = []
-    for line in section.splitlines():
-        match = re.match(r"\|\s*(\d+)\s*\|(.*?)\|", line)
-        if match:
-            codes += [(int(match.group(1)), slug) for slug in re.findall(r"`([a-z_]+)`", match.group(2))]
-    return codes
+    return code_rows(CONTRACT.read_text().split("Business codes", 1)[1].split("\n## ", 1)[0])
+
+
+def documented_codes() -> list[tuple[int, str]]:
+    """(code, status) of docs/api.md's business code table (from its header row to the first blank line)."""
+    return code_rows(API.split("| code | status |", 1)[1].split("\n\n", 1)[0])
 
 
 def test_every_operation_has_a_description_and_a_summary(schema) -> None:
@@ -165,11 +197,111 @@ def test_every_error_status_of_the_contract_has_an_example_in_the_schema(schema)
     assert errors - shown == set()
 
 
-def test_the_readme_documents_every_business_code(schema) -> None:
-    table = README.split("| code | status |", 1)[1].split("\n\n", 1)[0]
-    assert [pair for pair in answered_codes() if f"`{pair[1]}`" not in table] == []
+def test_the_api_doc_documents_every_business_code_the_service_answers_with() -> None:
+    documented = documented_codes()
+
+    assert [pair for pair in answered_codes() if pair not in documented] == []
+    assert [pair for pair in documented if pair not in contract_codes()] == []
 
 
-def test_docs_images_the_readme_links_exist() -> None:
-    for target in re.findall(r"\]\((docs/[^)]+)\)", README):
-        assert Path(ROOT / target).exists(), target
+# --- README and the links of the documentation ----------------------------------------------------------------
+
+
+def test_the_readme_is_at_most_12_kb() -> None:
+    assert len(README_PATH.read_bytes()) <= README_LIMIT
+
+
+def the_map() -> str:
+    return README.split("\n## Where to change what", 1)[1].split("\n## ", 1)[0]
+
+
+def expand(pattern: str) -> list[str]:
+    """`config/settings/{dev,test}.py` -> the paths it names (one pair of braces at most)."""
+    match = re.search(r"\{([^{}]+)\}", pattern)
+    if not match:
+        return [pattern]
+    return [pattern[: match.start()] + choice + pattern[match.end():] for choice in match.group(1).split(",")]
+
+
+def map_paths() -> list[str]:
+    """The paths README's map names: backticked `pkg/`, `pkg/file.py`, `pkg/lua/*.lua`, `docker-compose.yml`."""
+    names = re.findall(r"`([^`\s]+)`", the_map())
+    is_path = re.compile(r"^[\w.{},*-]+/[\w.{},*/-]*$|^[\w-]+(\.[\w-]+)*\.(py|yml|yaml|toml|md|json|lua|sh)$")
+    return [path for name in names if is_path.match(name) for path in expand(name)]
+
+
+def test_every_path_the_readme_map_names_exists() -> None:
+    paths = map_paths()
+
+    missing = [path for path in paths if not any(ROOT.glob(path.rstrip("/"))) and path not in LANDING]
+
+    assert len(paths) >= 40
+    assert missing == []
+
+
+def test_the_readme_map_covers_every_package() -> None:
+    named = {path.split("/", 1)[0] for path in map_paths()}
+    folders = {*PACKAGES, "templates", "static", "bench", "tests"}
+
+    assert folders - named == set()
+
+
+def headings(path: Path) -> set[str]:
+    """GitHub's anchors of a Markdown file's headings (outside code blocks)."""
+    anchors: set[str] = set()
+    fenced = False
+    for line in path.read_text().splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and re.match(r"#{1,6} ", line):
+            slug = re.sub(r"[^\w\- ]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
+            anchor, n = slug, 0
+            while anchor in anchors:
+                n += 1
+                anchor = f"{slug}-{n}"
+            anchors.add(anchor)
+    return anchors
+
+
+def ignored(relative: Path) -> bool:
+    """Whether .gitignore's folder patterns (`var/`, `bench/results/`, `__pycache__/` ...) leave this path out."""
+    for pattern in (ROOT / ".gitignore").read_text().splitlines():
+        if not pattern.endswith("/") or pattern.startswith("#"):
+            continue
+        folder = pattern.strip("/")
+        if "/" in folder:
+            if relative.as_posix().startswith(folder + "/"):
+                return True
+        elif any(fnmatch.fnmatch(part, folder) for part in relative.parts[:-1]):
+            return True
+    return False
+
+
+def relative_links(path: Path) -> list[str]:
+    """The targets of a Markdown file's links and images that are not URLs (code blocks left out)."""
+    text = re.sub(r"```.*?```", "", path.read_text(), flags=re.S)
+    targets = re.findall(r"\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)", text)
+    return [target for target in targets if not re.match(r"[a-z][a-z0-9+.-]*:", target)]
+
+
+@pytest.mark.parametrize("path", LINKED_FROM, ids=lambda path: str(path.relative_to(ROOT)))
+def test_every_relative_link_points_to_a_file_of_the_repository(path: Path) -> None:
+    broken = []
+    for target in relative_links(path):
+        file_part, _, fragment = target.partition("#")
+        linked = (path.parent / file_part).resolve() if file_part else path
+        if not linked.is_relative_to(ROOT) or not linked.exists() or ignored(linked.relative_to(ROOT)):
+            broken.append(target)
+        elif fragment and linked.suffix == ".md" and fragment not in headings(linked):
+            broken.append(target)
+    assert broken == []
+
+
+def test_the_readme_links_every_doc() -> None:
+    linked = {(ROOT / target.partition("#")[0]).resolve() for target in relative_links(README_PATH)}
+
+    assert [doc.name for doc in sorted(DOCS.glob("*.md")) if doc.resolve() not in linked] == []
+
+
+def test_benchmark_results_are_not_kept_in_git() -> None:
+    assert ignored(Path("bench/results/suite.json"))

@@ -66,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=8.0, help="seconds of each wrk run (8)")
     parser.add_argument("--connections", type=int, default=100)
     parser.add_argument("--shoppers", type=int, default=400_000, help="shoppers per side and round (400000)")
+    parser.add_argument("--only", choices=["selling", "sold_out"], help="measure one of the two loads only")
     args = parser.parse_args(argv)
     common.set_name("ab")
     sides = {"old": args.old.resolve(), "new": args.new.resolve()}
@@ -95,12 +96,13 @@ def main(argv: list[str] | None = None) -> int:
                 tokens = common.write_tokens(BENCH_VAR / "ab-tokens.txt", args.shoppers, secret,
                                              prefix=f"{name[0]}{i:02d}x")
                 url = f"http://127.0.0.1:{ports[name]}"
-                sell = common.run_wrk(f"ab {name} selling r{i + 1}", url, threads=2, connections=args.connections,
-                                      duration=args.duration, script=CLAIM_LUA,
-                                      script_args=[str(selling), str(tokens)])
-                storm = common.run_wrk(f"ab {name} sold-out r{i + 1}", url, threads=2,
-                                       connections=args.connections, duration=args.duration, script=CLAIM_LUA,
-                                       script_args=[str(sold_out), str(tokens)])
+                skipped = {"requests_per_s": float("nan"), "p99_ms": None}
+                sell = skipped if args.only == "sold_out" else common.run_wrk(
+                    f"ab {name} selling r{i + 1}", url, threads=2, connections=args.connections,
+                    duration=args.duration, script=CLAIM_LUA, script_args=[str(selling), str(tokens)])
+                storm = skipped if args.only == "selling" else common.run_wrk(
+                    f"ab {name} sold-out r{i + 1}", url, threads=2, connections=args.connections,
+                    duration=args.duration, script=CLAIM_LUA, script_args=[str(sold_out), str(tokens)])
                 row[name] = {"selling": sell["requests_per_s"], "selling_p99_ms": sell.get("p99_ms"),
                              "sold_out": storm["requests_per_s"], "sold_out_p99_ms": storm.get("p99_ms")}
             row["ratio_selling"] = round(row["new"]["selling"] / row["old"]["selling"], 3)

@@ -21,7 +21,7 @@ _ANSWER: Response = (200, JSON_HEADERS, b'{"code":2,"status":"sold_out","claim_i
 
 
 class Bare:
-    """An application without Django: the fixed answer, at once (as the web server's sold-out claims are)."""
+    """An application without Django: the fixed answer, without waiting (as the door's sold-out claims are)."""
 
     body_limit = 16 * 1024
 

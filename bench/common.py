@@ -697,16 +697,16 @@ def _cpu_figures(n: int, backend: float | None, python: float) -> dict[str, Any]
 
 def measure_drain(database_url: str, campaign_id: int, *, baseline_seconds: float, max_seconds: float
                   ) -> dict[str, Any]:
-    """The drain benchmark (the suite's drain phase and bench/drain_bench.py): orders.services.drain_campaign
+    """The drain benchmark (the suite's drain phase and bench/drain_bench.py): orders.drain.drain_campaign
     with batch size 1 for `baseline_seconds` (the row-by-row yardstick), then as the worker runs it until it
     catches up (at most `max_seconds`), in this process; claims/s and CPU per claim of each."""
     from django.conf import settings
 
-    from orders import services
+    from orders import drain
 
     t0, p0 = time.monotonic(), time.process_time()
     with BackendCPU(database_url) as base_cpu:
-        base = services.drain_campaign(campaign_id=campaign_id, batch_size=1, max_seconds=baseline_seconds)
+        base = drain.drain_campaign(campaign_id=campaign_id, batch_size=1, max_seconds=baseline_seconds)
     base_s, base_py = time.monotonic() - t0, time.process_time() - p0
     log(f"drain, batch size 1: {base.read:,} claims in {base_s:.2f}s = {base.read / base_s:,.0f}/s")
     total = persisted = batches = 0
@@ -714,7 +714,7 @@ def measure_drain(database_url: str, campaign_id: int, *, baseline_seconds: floa
     t0, p0 = time.monotonic(), time.process_time()
     with BackendCPU(database_url) as bulk_cpu:
         while time.monotonic() - t0 < max_seconds:
-            rep = services.drain_campaign(campaign_id=campaign_id, max_seconds=2.0)
+            rep = drain.drain_campaign(campaign_id=campaign_id, max_seconds=2.0)
             total, persisted, batches = total + rep.read, persisted + rep.persisted, batches + rep.batches
             elapsed = time.monotonic() - t0
             log(f"  drain +{elapsed:4.1f}s: {total:,} claims persisted ({total / elapsed:,.0f}/s)")
@@ -724,7 +724,7 @@ def measure_drain(database_url: str, campaign_id: int, *, baseline_seconds: floa
     seconds, bulk_py = time.monotonic() - t0, time.process_time() - p0
     bulk = {"claims": total, "persisted": persisted, "batches": batches, "seconds": round(seconds, 3),
             "claims_per_s": round(total / seconds, 1), "batch_size": settings.COUPONS_DRAIN_BATCH,
-            "connections": services.DRAIN_CONNECTIONS, "caught_up": caught_up,
+            "connections": drain.DRAIN_CONNECTIONS, "caught_up": caught_up,
             **_cpu_figures(total, bulk_cpu.seconds, bulk_py)}
     row = {"claims": base.read, "seconds": round(base_s, 3), "claims_per_s": round(base.read / base_s, 1),
            "batch_size": 1, **_cpu_figures(base.read, base_cpu.seconds, base_py)}

@@ -1,4 +1,4 @@
-"""Drain: how fast orders.services.drain_campaign moves a campaign's ledger into PostgreSQL, against batch size 1.
+"""Drain: how fast orders.drain.drain_campaign moves a campaign's ledger into PostgreSQL, against batch size 1.
 
     DATABASE_URL=postgres://... REDIS_URL=redis://HOST:PORT/N .venv/bin/python bench/drain_bench.py [--claims 200000]
 

@@ -12,7 +12,7 @@ Phases (bench/README.md documents each and how to read the report):
   fixed     bench/loadgen at 80% and 50% of each one's measured maximum, latency from the intended send time,
             3 rounds interleaved with seed-go's, the median round of each reported
   profile   py-spy of the web workers under the same wrk load: the claim path's top frames
-  drain     orders.services.drain_campaign on the ledger the phases above filled, vs batch size 1
+  drain     orders.drain.drain_campaign on the ledger the phases above filled, vs batch size 1
   storm     the flash sale: stock 10,000, wrk, worker running: sell-out, last claim -> last coupon in PostgreSQL
   soldout   wrk on the sold-out campaign vs the bare endpoint, measured right after
   naive     the naive PostgreSQL claim (bench/naive_claim.py), same wrk load
@@ -21,7 +21,7 @@ Phases (bench/README.md documents each and how to read the report):
             Valkey through the claim script
   expiry    bench/expiry_sweep.py: 1,000,000 due coupons vs row by row, peak RSS
 
-Writes bench/results/suite-<timestamp>.json, .svg (chart) and .md (the README's table). Exit 0: ran and every
+Writes bench/results/suite-<timestamp>.json, .svg (chart) and .md (docs/benchmarks.md's table). Exit 0: ran and every
 check passed; 2: ran but a check failed (a campaign not balanced, a goal's check not run); 1: could not run.
 """
 from __future__ import annotations
@@ -486,7 +486,7 @@ class Suite:
             log(f"    {row['share']:6.1%}  {row['frame']}")
 
     def phase_drain(self) -> None:
-        """orders.services.drain_campaign on the selling campaign's ledger (filled by the real claim path over
+        """orders.drain.drain_campaign on the selling campaign's ledger (filled by the real claim path over
         HTTP) vs the same function with batch size 1, in this process, worker paused."""
         from orders import ledger
 
@@ -620,11 +620,11 @@ class Suite:
             if not any(sizes.values()):
                 break
             log(f"  ledger backlog {sizes}")
-            from orders import services
+            from orders import drain
 
             for cid, n in sizes.items():  # the worker drains on triggers; help it along
                 if n:
-                    services.drain_campaign(campaign_id=cid, max_seconds=2.0)
+                    drain.drain_campaign(campaign_id=cid, max_seconds=2.0)
         results = {}
         for cid in ids:
             results[str(cid)] = verify(self.env, cid)

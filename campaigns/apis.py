@@ -9,6 +9,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.api import id_parameter
 from core.errors import NotFound
 from core.http import parse_id
 
@@ -57,6 +58,7 @@ class CampaignDetailApi(APIView):
     @extend_schema(operation_id="campaign_detail", tags=["campaigns"], summary="One campaign",
                    description="One published campaign with its live `remaining` stock, its window, limits and "
                                "coupon rule. Public: no token needed. 404 for an unknown or unpublished campaign.",
+                   parameters=[id_parameter("campaign_id")],
                    responses={200: CampaignOutputSerializer})
     def get(self, request: Request, campaign_id: str) -> Response:
         campaign = Campaign.objects.published().filter(pk=parse_id(campaign_id)).first()

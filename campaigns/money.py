@@ -4,6 +4,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
+from functools import cache
 
 # ISO 4217 codes this service accepts, with the number of decimals of their minor unit.
 MINOR_UNITS: dict[str, int] = {
@@ -12,7 +13,9 @@ MINOR_UNITS: dict[str, int] = {
     "MXN": 2, "ZAR": 2, "AED": 2, "SAR": 2, "RUB": 2, "TRY": 2, "PHP": 2, "IDR": 2,
     "JPY": 0, "KRW": 0, "VND": 0, "CLP": 0, "ISK": 0, "HUF": 2,
 }
-AMOUNT_RE = re.compile(r"(0|[1-9][0-9]{0,11})(\.[0-9]{1,2})?")  # plain decimal text: no sign, no exponent
+_WHOLE = r"(0|[1-9][0-9]{0,11})"  # at most 12 digits, no leading zero
+AMOUNT_PLACES = 2  # the most decimals of any amount (the amount columns' decimal_places)
+AMOUNT_RE = re.compile(rf"{_WHOLE}(\.[0-9]{{1,{AMOUNT_PLACES}}})?")  # plain decimal text: no sign, no exponent
 HUNDRED = Decimal(100)
 
 
@@ -30,17 +33,26 @@ def parse_currency(value: object) -> str:
     return value
 
 
+@cache
+def amount_re(places: int) -> re.Pattern[str]:
+    """Return the text of the amounts parse_amount() accepts in a currency of `places` decimals: AMOUNT_RE's
+    (its whole part, at most `places` of its decimals), never zero. The OpenAPI schema's amount patterns are
+    these (coupons.apis.OrderInputSerializer)."""
+    fraction = rf"(\.[0-9]{{1,{min(places, AMOUNT_PLACES)}}})?" if places else ""
+    return re.compile(rf"(?!0+(\.0+)?$){_WHOLE}{fraction}")
+
+
 def parse_amount(value: object, currency: str) -> Decimal:
     """Return a positive amount from its decimal text ("350.00"), at most the currency's decimals."""
+    places = MINOR_UNITS[currency]
+    if isinstance(value, str) and amount_re(places).fullmatch(value) is not None:
+        return Decimal(value).quantize(minor_unit(currency))
+    # Refused: say why.
     if not isinstance(value, str) or AMOUNT_RE.fullmatch(value) is None:
         raise InvalidAmount('order_amount must be a decimal string such as "350.00" (no sign, no exponent).')
-    amount = Decimal(value)
-    if amount <= 0:
+    if Decimal(value) <= 0:
         raise InvalidAmount("order_amount must be positive.")
-    places = MINOR_UNITS[currency]
-    if -amount.as_tuple().exponent > places:  # type: ignore[operator]
-        raise InvalidAmount(f"{currency} amounts have at most {places} decimals.")
-    return amount.quantize(minor_unit(currency))
+    raise InvalidAmount(f"{currency} amounts have at most {places} decimals.")
 
 
 def money_text(amount: Decimal, currency: str) -> str:

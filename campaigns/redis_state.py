@@ -37,7 +37,7 @@ class StoreUnavailable(Exception):
 class ClaimOutcomeUnknown(StoreUnavailable):
     """The claim's reply was lost and its answer could not be read (Redis still unreachable after the
     deadline). The caller answers 503, so the claim, if it ran, must be taken back: run_void() once Redis
-    answers again (orders.services does it in the background)."""
+    answers again (orders.claim.ClaimVoider does it in the background)."""
 
     def __init__(self, message: str, *, campaign_id: int, user_id: str, answer_key: str, token: str) -> None:
         super().__init__(message)
@@ -476,6 +476,42 @@ def load_state(
     except redis.RedisError as exc:
         raise StoreUnavailable(str(exc)) from exc
     return bool(created), (None if int(stock) < 0 else int(stock))
+
+
+def replace_claim_records(
+    campaign_id: int, counts: dict[str, int], cancelled: list[str], *, chunk: int = 1000
+) -> None:
+    """Replace the per-user claim counts and the given-back claims (rebuild from PostgreSQL).
+
+    Call while the stock key is missing, so that no claim or cancel runs meanwhile.
+    """
+    keys = campaign_keys(campaign_id)
+    try:
+        client = redis_client()
+        client.delete(keys.users, keys.cancelled)
+        items = list(counts.items())
+        for start in range(0, len(items), chunk):
+            client.hset(keys.users, mapping=dict(items[start : start + chunk]))
+        for start in range(0, len(cancelled), chunk):
+            client.sadd(keys.cancelled, *cancelled[start : start + chunk])
+    except redis.RedisError as exc:
+        raise StoreUnavailable(str(exc)) from exc
+
+
+def restore_answers(campaign_id: int, answers: list[tuple[str, str, str, int]], *, chunk: int = 1000) -> int:
+    """Store again the answer of claims made with an Idempotency-Key: (user id, key digest, ledger id, ms to
+    keep it). A key already present is left alone. Return how many were stored (rebuild from PostgreSQL)."""
+    keys = campaign_keys(campaign_id)
+    stored = 0
+    try:
+        for start in range(0, len(answers), chunk):
+            pipe = redis_client().pipeline(transaction=False)
+            for user_id, digest, ledger_id, keep_ms in answers[start : start + chunk]:
+                pipe.set(keys.idempotency_of_digest(user_id, digest), f"0:{ledger_id}", px=keep_ms, nx=True)
+            stored += sum(1 for done in pipe.execute() if done)
+    except redis.RedisError as exc:
+        raise StoreUnavailable(str(exc)) from exc
+    return stored
 
 
 class RestockResult(enum.IntEnum):

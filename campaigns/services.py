@@ -92,7 +92,7 @@ def campaign_preheat(*, campaign: Campaign) -> PreheatResult:
     """Load the campaign's settings into Redis (first time: its whole stock) and set the keys' expiry.
 
     A campaign that was loaded before and whose stock is gone from Redis is never given its stock again
-    here: that raises CampaignStateLost and needs the rebuild from PostgreSQL (orders.services).
+    here: that raises CampaignStateLost and needs the rebuild from PostgreSQL (orders.rebuild).
     """
     with transaction.atomic():
         # Read under the row's lock: a preheat never writes back an end an extension just moved.

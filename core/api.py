@@ -1,8 +1,10 @@
 """The DRF layer every API module builds on: shopper auth, the base view, the one exception handler, the
-database-down middleware, the JSON error views and the schema's error answers."""
+database-down middleware, the JSON error views, the schema of the shared parameters and the schema's error
+answers."""
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -10,13 +12,16 @@ from django import db
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.http import Http404, HttpRequest, HttpResponse
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.utils import OpenApiParameter
 from rest_framework import exceptions as drf_exceptions
+from rest_framework import serializers
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from .auth import TOKEN_RE, USER_ID_RE
 from .errors import (
     PROTOCOL_SLUGS,
     ApplicationError,
@@ -29,6 +34,8 @@ from .errors import (
 )
 from .http import (
     CONTENT_LENGTH_RE,
+    ID_RE,
+    IDEMPOTENCY_KEY_RE,
     MAX_BODY_BYTES,
     application_error_response,
     body_of,
@@ -89,6 +96,13 @@ class ShopperApi(APIView):
             raise BadRequest("The body must be a JSON object.")
         return data
 
+    def validated(self, input_serializer: type[serializers.Serializer]) -> dict[str, Any]:
+        """Return the body checked by the operation's input serializer (the one its schema documents); what it
+        refuses is a 400 with the serializer's `errors`."""
+        serializer = input_serializer(data=self.body())
+        serializer.is_valid(raise_exception=True)
+        return serializer.validated_data
+
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """Render every error of a DRF view in the contract's form: {code, status, detail}."""
@@ -124,8 +138,20 @@ def application_error_of(exc: Exception) -> ApplicationError | None:
     if isinstance(exc, drf_exceptions.ValidationError | drf_exceptions.ParseError):
         detail = exc.detail
         if isinstance(detail, dict | list):
-            return BadRequest("The request is invalid.", errors=detail)
+            return BadRequest(first_message(detail) or "The request is invalid.", errors=detail)
         return BadRequest(str(detail))
+    return None
+
+
+def first_message(errors: Any) -> str | None:
+    """The first message of a serializer's errors: the answer's detail says what was wrong, as the hand
+    parsers' did ({"order_amount": ["..."]} -> "...")."""
+    if isinstance(errors, dict):
+        errors = list(errors.values())
+    for item in errors if isinstance(errors, list) else [errors]:
+        found = first_message(item) if isinstance(item, dict | list) else str(item)
+        if found:
+            return found
     return None
 
 
@@ -154,6 +180,40 @@ def server_error_view(request: HttpRequest) -> HttpResponse:
     return json_response(body_of(500, "server_error", "Internal error."), 500)
 
 
+# --- the schema ------------------------------------------------------------------------------------------------
+
+
+def pattern_schema(regex: re.Pattern[str], **extra: Any) -> dict[str, Any]:
+    """The JSON Schema of the text a validator takes when `regex.fullmatch(text)`: its own expression, anchored."""
+    return {"type": "string", "pattern": f"^{regex.pattern}$", **extra}
+
+
+def id_parameter(name: str, description: str = "") -> OpenApiParameter:
+    """The path parameter of an id that core.http.parse_id() reads."""
+    return OpenApiParameter(name, pattern_schema(ID_RE, example="42"), OpenApiParameter.PATH,
+                            description=description or "A positive integer of at most 18 digits.")
+
+
+def idempotency_key_parameter(*, required: bool) -> OpenApiParameter:
+    """The Idempotency-Key header that core.http.idempotency_key() reads."""
+    return OpenApiParameter(
+        "Idempotency-Key", pattern_schema(IDEMPOTENCY_KEY_RE), OpenApiParameter.HEADER, required=required,
+        description="1-255 printable ASCII characters; a repeat replays the first answer (Idempotent-Replayed: "
+                    "true)",
+    )
+
+
+def shopper_header_parameters() -> list[OpenApiParameter]:
+    """The shopper's headers as core.auth.authenticate() reads them, for a view that documents them as parameters
+    (the claim; DRF views have them as ShopperTokenScheme's security scheme)."""
+    return [
+        OpenApiParameter("X-User-Id", pattern_schema(USER_ID_RE), OpenApiParameter.HEADER, required=True,
+                         description="The shopper's id: 1-64 characters of A-Z a-z 0-9 _ -"),
+        OpenApiParameter("X-Token", pattern_schema(TOKEN_RE), OpenApiParameter.HEADER, required=True,
+                         description="<expires>.<hex HMAC-SHA256(secret, '<user id>.<expires>')>"),
+    ]
+
+
 ERROR_SCHEMA = {
     "type": "object",
     "required": ["code", "status"],
@@ -177,22 +237,18 @@ _DOCUMENTED_ELSEWHERE = {"409": "idempotency_in_flight", "413": "payload_too_lar
 
 
 def schema_postprocess(result: dict[str, Any], generator: Any, request: Any, public: bool) -> dict[str, Any]:
-    """Document the contract's error answers on every operation."""
+    """Document the contract's error answers (the exception handler's) on every operation: their body, and the
+    answers every view may give. Inputs are the views' own (their serializers and parameters): not touched."""
     components = result.setdefault("components", {}).setdefault("schemas", {})
     components["Error"] = ERROR_SCHEMA
+    slugs = {**{status_code: slug for status_code, (_, slug) in _ERROR_RESPONSES.items()}, **_DOCUMENTED_ELSEWHERE}
     for path_item in result.setdefault("paths", {}).values():
         for operation in path_item.values():
             if not isinstance(operation, dict) or "responses" not in operation:
                 continue
-            for status_code, (description, slug) in _ERROR_RESPONSES.items():
-                operation["responses"].setdefault(status_code, {
-                    "description": description,
-                    "content": {"application/json": {
-                        "schema": {"$ref": "#/components/schemas/Error"},
-                        "example": {"code": int(status_code), "status": slug},
-                    }},
-                })
-            for status_code, slug in _DOCUMENTED_ELSEWHERE.items():  # the body of the answers views document
+            for status_code, (description, _) in _ERROR_RESPONSES.items():
+                operation["responses"].setdefault(status_code, {"description": description})
+            for status_code, slug in slugs.items():  # the body of the error answers, views' own included
                 documented = operation["responses"].get(status_code)
                 if documented is not None and "content" not in documented:
                     documented["content"] = {"application/json": {

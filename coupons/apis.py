@@ -8,7 +8,16 @@ from dataclasses import asdict
 from typing import Any
 
 from django.conf import settings
-from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
+from drf_spectacular.extensions import OpenApiSerializerExtension
+from drf_spectacular.plumbing import ResolvedComponent
+from drf_spectacular.utils import (
+    OpenApiExample,
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_field,
+    inline_serializer,
+)
 from redis import RedisError
 from rest_framework import serializers
 from rest_framework.pagination import PageNumberPagination
@@ -17,13 +26,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from campaigns.money import InvalidAmount, parse_amount, parse_currency
+from campaigns.money import AMOUNT_PLACES, MINOR_UNITS, InvalidAmount, amount_re, parse_amount
 from campaigns.redis_state import redis_client
-from core.api import ShopperApi, ShopperTokenAuthentication
+from core.api import ShopperApi, ShopperTokenAuthentication, idempotency_key_parameter, pattern_schema
 from core.errors import BadRequest, NotFound, RateLimited
 from core.http import idempotency_key
 
-from .codes import normalize_code
+from .codes import CODE_RE, normalize_code
 from .idempotency import Answer, run_idempotent
 from .metrics import USES
 from .models import Coupon, CouponStatus
@@ -80,6 +89,15 @@ class CouponPagination(PageNumberPagination):
             raise BadRequest(f"page_size is a whole number from 1 to {self.max_page_size}.")
         return int(raw)
 
+    def get_schema_operation_parameters(self, view: Any) -> list[dict[str, Any]]:
+        """page and page_size as get_page_size() and the paginator read them."""
+        limits = {self.page_query_param: {"minimum": 1},
+                  self.page_size_query_param: {"minimum": 1, "maximum": self.max_page_size}}
+        parameters = super().get_schema_operation_parameters(view)
+        for parameter in parameters:
+            parameter["schema"] = {**parameter["schema"], **limits.get(parameter["name"], {})}
+        return parameters
+
     def get_paginated_response_schema(self, schema: dict[str, Any]) -> dict[str, Any]:
         wrapped = super().get_paginated_response_schema(schema)
         wrapped["properties"] = {"code": {"type": "integer", "example": 0},
@@ -94,23 +112,24 @@ class MyCouponsApi(APIView):
     permission_classes = [IsAuthenticated]
     pagination_class = CouponPagination
 
+    class FilterSerializer(serializers.Serializer):
+        status = serializers.ChoiceField(
+            choices=CouponStatus.choices, required=False,
+            error_messages={"invalid_choice": f"status is one of: {', '.join(CouponStatus.values)}."})
+
     @extend_schema(
         tags=["coupons"],
         summary="The shopper's coupons",
         description="The authenticated shopper's coupons, newest first, 20 a page (page_size up to 100), "
                     "optionally of one status. Coupons past their validity are expired (with their event) before "
                     "the list is read, so a shopper never sees a stale status.",
-        parameters=[
-            OpenApiParameter("status", str, enum=list(CouponStatus.values), required=False),
-            OpenApiParameter("page", int, required=False),
-            OpenApiParameter("page_size", int, required=False),
-        ],
+        parameters=[FilterSerializer],  # page and page_size: CouponPagination's
         responses={200: CouponOutputSerializer(many=True)},
     )
     def get(self, request: Request) -> Response:
-        status = request.query_params.get("status")
-        if status is not None and status not in CouponStatus.values:
-            raise BadRequest(f"status is one of: {', '.join(CouponStatus.values)}.")
+        filters = self.FilterSerializer(data=request.query_params.dict())  # a plain dict: "?status=" is refused
+        filters.is_valid(raise_exception=True)
+        status = filters.validated_data.get("status")
         user_id = request.user.user_id  # type: ignore[union-attr]
         coupons_settle_due(user_id=user_id)  # lazy expiry: what a shopper sees is never stale
         coupons = coupons_of_user(user_id=user_id, status=status)
@@ -122,32 +141,104 @@ class MyCouponsApi(APIView):
 # --- using a coupon: reserve, confirm, redeem, release ------------------------------------------------
 
 ORDER_ID_RE = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+ORDER_ID_MAX = 10**18 - 1  # an order id sent as a number
+_ORDER_ID_RULE = "order_id is required: a positive integer or 1-64 characters of A-Z a-z 0-9 _ . : -"
 
 
-def order_id_from(data: dict[str, Any]) -> str:
-    """Return the order id of a request body: a positive integer or 1-64 of [A-Za-z0-9_.:-]."""
-    value = data.get("order_id")
-    if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 10**18:
+@extend_schema_field(pattern_schema(ORDER_ID_RE, example="A-1001"))
+class OrderIdField(serializers.Field):
+    """The shop's order id as text: 1-64 of [A-Za-z0-9_.:-], or a positive integer (accepted, not documented: the
+    schema shows the text form clients send)."""
+
+    default_error_messages = dict.fromkeys(("required", "null", "invalid"), _ORDER_ID_RULE)
+
+    def to_internal_value(self, data: Any) -> str:
+        if isinstance(data, int) and not isinstance(data, bool) and 0 < data <= ORDER_ID_MAX:
+            return str(data)
+        if isinstance(data, str) and ORDER_ID_RE.fullmatch(data):
+            return data
+        self.fail("invalid")
+
+    def to_representation(self, value: Any) -> str:
         return str(value)
-    if isinstance(value, str) and ORDER_ID_RE.fullmatch(value):
-        return value
-    raise BadRequest("order_id is required: a positive integer or 1-64 characters of A-Z a-z 0-9 _ . : -")
 
 
-def order_from(data: dict[str, Any]) -> Order:
-    try:
-        currency = parse_currency(data.get("currency"))
-        amount = parse_amount(data.get("order_amount"), currency)
-    except InvalidAmount as exc:
-        raise BadRequest(str(exc)) from exc
-    return Order(order_id=order_id_from(data), amount=amount, currency=currency)
+@extend_schema_field(pattern_schema(amount_re(AMOUNT_PLACES), example="350.00"))
+class AmountField(serializers.Field):
+    """An amount's decimal text ("350.00"); the serializer checks it in its currency (campaigns.money)."""
+
+    default_error_messages = dict.fromkeys(("required", "null", "invalid"),
+                                           'order_amount is required: a decimal string such as "350.00".')
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return data
+
+    def to_representation(self, value: Any) -> str:
+        return str(value)
 
 
-def hold_seconds_from(data: dict[str, Any]) -> int:
-    value = data.get("hold_seconds", HOLD_SECONDS_DEFAULT)
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= HOLD_SECONDS_MAX:
-        raise BadRequest(f"hold_seconds is a whole number of seconds from 1 to {HOLD_SECONDS_MAX} (default 900).")
-    return value
+class WholeNumberField(serializers.IntegerField):
+    """A JSON integer and nothing else (DRF's IntegerField also takes "900" and 900.0)."""
+
+    def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid")
+        return data
+
+
+class OrderIdInputSerializer(serializers.Serializer):
+    """The order a confirm or a release is for."""
+
+    order_id = OrderIdField(help_text="The shop's order id: an integer or 1-64 of [A-Za-z0-9_.:-]")
+
+
+class OrderInputSerializer(OrderIdInputSerializer):
+    """The order a coupon is used for; its amount has at most its currency's decimals (none in JPY, two in CNY)."""
+
+    order_amount = AmountField(help_text='Decimal string, e.g. "350.00"; at most the currency\'s decimals')
+    currency = serializers.ChoiceField(
+        choices=sorted(MINOR_UNITS), help_text="ISO 4217, the coupon's currency, e.g. CNY",
+        error_messages=dict.fromkeys(("required", "null", "invalid_choice"),
+                                     "currency must be a known ISO 4217 code in capitals, e.g. CNY, USD, EUR, JPY."))
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return {**attrs, "order_amount": parse_amount(attrs["order_amount"], attrs["currency"])}
+        except InvalidAmount as exc:
+            raise serializers.ValidationError({"order_amount": [str(exc)]}) from exc
+
+
+class OrderInputSchema(OpenApiSerializerExtension):
+    """OrderInputSerializer's schema: its fields', and its validate()'s rule that an amount has at most its
+    currency's decimals, as one alternative per number of decimals (money.amount_re, MINOR_UNITS)."""
+
+    target_class = OrderInputSerializer
+    match_subclasses = True
+
+    def map_serializer(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
+        schema: dict[str, Any] = auto_schema._map_serializer(self.target, direction, bypass_extensions=True)
+        by_places: dict[int, list[str]] = {}
+        for currency, places in MINOR_UNITS.items():
+            by_places.setdefault(places, []).append(currency)
+        schema["oneOf"] = []
+        for places, currencies in sorted(by_places.items()):
+            # A named enum of its own (drf-spectacular's enum hook would name an inline one after the field).
+            currencies_enum = ResolvedComponent(
+                name=f"CurrencyWith{places}DecimalsEnum", type=ResolvedComponent.SCHEMA,
+                object=f"currency-with-{places}-decimals", schema={"type": "string", "enum": sorted(currencies)})
+            auto_schema.registry.register_on_missing(currencies_enum)
+            schema["oneOf"].append({"properties": {
+                "currency": currencies_enum.ref,
+                "order_amount": {"pattern": pattern_schema(amount_re(places))["pattern"]},
+            }})
+        return schema
+
+
+def order_of(data: dict[str, Any]) -> Order:
+    """The Order of OrderInputSerializer's validated data."""
+    return Order(order_id=data["order_id"], amount=data["order_amount"], currency=data["currency"])
 
 
 def coupon_endpoint(code: str, action: str, user_id: str) -> tuple[str, str]:
@@ -203,23 +294,13 @@ def answer_response(answer: Answer) -> Response:
 
 _USE_CODES = "0 done, 10 expired, 11 already_redeemed, 12 min_spend_not_met, 13 not_yet_valid, 14 revoked, " \
     "15 not_eligible, 16 on_hold, 17 hold_lapsed (confirm only), 18 not_held (confirm only)"
-_IDEMPOTENCY_HEADER = OpenApiParameter(
-    "Idempotency-Key", str, OpenApiParameter.HEADER, required=True,
-    description="1-255 printable ASCII characters; a repeat replays the first answer (Idempotent-Replayed: true)",
+_CODE_PARAMETER = OpenApiParameter(  # coupon_endpoint() reads it
+    "code", pattern_schema(CODE_RE, example="K7QM-3XRD-9PVA"), OpenApiParameter.PATH,
+    description="The coupon's code. Case, spaces and dashes do not count; what is not a code is the same 404 as an "
+                "unknown code.",
 )
-_OPTIONAL_IDEMPOTENCY_HEADER = OpenApiParameter(
-    "Idempotency-Key", str, OpenApiParameter.HEADER, required=False, description=_IDEMPOTENCY_HEADER.description
-)
-def _order_id_field() -> serializers.Field:
-    return serializers.CharField(help_text="The shop's order id: an integer or 1-64 of [A-Za-z0-9_.:-]")
-
-
-def _order_fields() -> dict[str, serializers.Field]:
-    return {
-        "order_id": _order_id_field(),
-        "order_amount": serializers.CharField(help_text='Decimal string, e.g. "350.00"'),
-        "currency": serializers.CharField(help_text="ISO 4217, the coupon's currency, e.g. CNY"),
-    }
+_WITH_KEY = [idempotency_key_parameter(required=True), _CODE_PARAMETER]
+_WITH_OPTIONAL_KEY = [idempotency_key_parameter(required=False), _CODE_PARAMETER]
 _USE_RESPONSE = inline_serializer("CouponUseResult", {
     "code": serializers.IntegerField(help_text=_USE_CODES),
     "status": serializers.CharField(),
@@ -263,14 +344,18 @@ class CouponRedeemApi(CouponUseApi):
 
     operation = "redeem"
 
+    class InputSerializer(OrderInputSerializer):
+        class Meta:
+            ref_name = "RedeemRequest"
+
     @extend_schema(
-        tags=["coupons"], parameters=[_IDEMPOTENCY_HEADER],
+        tags=["coupons"], parameters=_WITH_KEY,
         summary="Use a coupon for an order in one step",
         description="Apply the shopper's coupon to an order: the discount is computed from the coupon's rule "
                     "(fixed or percentage with a cap, minimum spend, currency) and the coupon becomes redeemed by "
                     "this order. 200 with code 0 `redeemed`, `discount` and `payable`, or a refusal: " + _USE_CODES
                     + ". The same order redeeming again gets its redemption back." + _IDEMPOTENCY_NOTE,
-        request=inline_serializer("RedeemRequest", _order_fields()),
+        request=InputSerializer,
         responses={200: _USE_RESPONSE, **_ERRORS},
         examples=[OpenApiExample("redeemed", response_only=True,
                                  value={"code": 0, "status": "redeemed", "discount": "50.00", "payable": "300.00"}),
@@ -280,7 +365,7 @@ class CouponRedeemApi(CouponUseApi):
     )
     def post(self, request: Request, code: str) -> Response:
         key = idempotency_key(request._request, required=True)
-        order = order_from(self.body())
+        order = order_of(self.validated(self.InputSerializer))
         canonical, endpoint = coupon_endpoint(code, "redeem", self.user_id)
         return answer_response(run_idempotent(
             user_id=self.user_id, endpoint=endpoint, key=key, payload=asdict(order),
@@ -294,18 +379,24 @@ class CouponReserveApi(CouponUseApi):
 
     operation = "reserve"
 
+    class InputSerializer(OrderInputSerializer):
+        hold_seconds = WholeNumberField(
+            required=False, min_value=1, max_value=HOLD_SECONDS_MAX, default=HOLD_SECONDS_DEFAULT,
+            error_messages={key: f"hold_seconds is a whole number of seconds from 1 to {HOLD_SECONDS_MAX} (default "
+                                 f"{HOLD_SECONDS_DEFAULT})." for key in ("invalid", "null", "min_value", "max_value")})
+
+        class Meta:
+            ref_name = "ReserveRequest"
+
     @extend_schema(
-        tags=["coupons"], parameters=[_IDEMPOTENCY_HEADER],
+        tags=["coupons"], parameters=_WITH_KEY,
         summary="Hold a coupon for an order awaiting payment",
         description="Reserve the coupon for an order until `hold_until` (now + hold_seconds, default 900, at most "
                     f"{HOLD_SECONDS_MAX}): nobody else can use it meanwhile. Confirm when the order is paid, "
                     "release when it is cancelled; a hold not confirmed in time lapses and the coupon is usable "
                     "again. 200 with code 0 `reserved`, `discount`, `payable` and `hold_until`, or a refusal: "
                     + _USE_CODES + "." + _IDEMPOTENCY_NOTE,
-        request=inline_serializer("ReserveRequest", {
-            **_order_fields(),
-            "hold_seconds": serializers.IntegerField(required=False, min_value=1, max_value=HOLD_SECONDS_MAX,
-                                                     default=HOLD_SECONDS_DEFAULT)}),
+        request=InputSerializer,
         responses={200: _USE_RESPONSE, **_ERRORS},
         examples=[OpenApiExample("reserved", response_only=True, value={
             "code": 0, "status": "reserved", "discount": "50.00", "payable": "300.00",
@@ -316,8 +407,8 @@ class CouponReserveApi(CouponUseApi):
     )
     def post(self, request: Request, code: str) -> Response:
         key = idempotency_key(request._request, required=True)
-        body = self.body()
-        order, hold_seconds = order_from(body), hold_seconds_from(body)
+        data = self.validated(self.InputSerializer)
+        order, hold_seconds = order_of(data), data["hold_seconds"]
         canonical, endpoint = coupon_endpoint(code, "reserve", self.user_id)
         return answer_response(run_idempotent(
             user_id=self.user_id, endpoint=endpoint, key=key, payload={**asdict(order), "hold": hold_seconds},
@@ -331,15 +422,19 @@ class CouponConfirmApi(CouponUseApi):
 
     operation = "confirm"
 
+    class InputSerializer(OrderIdInputSerializer):
+        class Meta:
+            ref_name = "ConfirmRequest"
+
     @extend_schema(
-        tags=["coupons"], parameters=[_OPTIONAL_IDEMPOTENCY_HEADER],
+        tags=["coupons"], parameters=_WITH_OPTIONAL_KEY,
         summary="Confirm a held coupon: the order was paid",
         description="The order that holds the coupon was paid: the coupon becomes redeemed by it. 200 with code 0 "
                     "`redeemed` (again for a repeat), or a refusal: 16 on_hold (held for another order), 11 "
                     "already_redeemed, 14 revoked, 10 expired, 17 hold_lapsed (this order's hold lapsed: reserve "
                     "again), 18 not_held (this order holds no hold on the coupon). Idempotency-Key optional."
                     + _IDEMPOTENCY_NOTE,
-        request=inline_serializer("ConfirmRequest", {"order_id": _order_id_field()}),
+        request=InputSerializer,
         responses={200: _USE_RESPONSE, **_ERRORS},
         examples=[OpenApiExample("redeemed", response_only=True,
                                  value={"code": 0, "status": "redeemed", "discount": "50.00", "payable": "300.00"}),
@@ -349,7 +444,7 @@ class CouponConfirmApi(CouponUseApi):
     )
     def post(self, request: Request, code: str) -> Response:
         key = idempotency_key(request._request)
-        order_id = order_id_from(self.body())
+        order_id = self.validated(self.InputSerializer)["order_id"]
         canonical, endpoint = coupon_endpoint(code, "confirm", self.user_id)
         return answer_response(run_idempotent(
             user_id=self.user_id, endpoint=endpoint, key=key, payload={"order_id": order_id},
@@ -363,13 +458,17 @@ class CouponReleaseApi(CouponUseApi):
 
     operation = "release"
 
+    class InputSerializer(OrderIdInputSerializer):
+        class Meta:
+            ref_name = "ReleaseRequest"
+
     @extend_schema(
-        tags=["coupons"], parameters=[_OPTIONAL_IDEMPOTENCY_HEADER],
+        tags=["coupons"], parameters=_WITH_OPTIONAL_KEY,
         summary="Release a coupon: the order was cancelled or not paid",
         description="Undo this order's hold or redemption: the coupon is usable again if still valid (else "
                     "expired). Always 200 with code 0 `released` and the coupon's `coupon_status`; releasing a "
                     "coupon the order does not hold changes nothing. Idempotency-Key optional." + _IDEMPOTENCY_NOTE,
-        request=inline_serializer("ReleaseRequest", {"order_id": _order_id_field()}),
+        request=InputSerializer,
         responses={200: inline_serializer("ReleaseResult", {
             "code": serializers.IntegerField(), "status": serializers.CharField(),
             "coupon_status": serializers.ChoiceField(choices=CouponStatus.choices)}), **_ERRORS},
@@ -379,7 +478,7 @@ class CouponReleaseApi(CouponUseApi):
     )
     def post(self, request: Request, code: str) -> Response:
         key = idempotency_key(request._request)
-        order_id = order_id_from(self.body())
+        order_id = self.validated(self.InputSerializer)["order_id"]
         canonical, endpoint = coupon_endpoint(code, "release", self.user_id)
         return answer_response(run_idempotent(
             user_id=self.user_id, endpoint=endpoint, key=key, payload={"order_id": order_id},

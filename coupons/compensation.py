@@ -32,7 +32,7 @@ BATCH_SIZE = 2000
 # then the event's insert and its 3 index entries, the foreign-key check of its coupon at commit (its
 # campaign has no constraint of its own: 1.09x coupons/s without it), heap, WAL and row locks);
 # a second connection works on the next due rows on the other core: 1.4x coupons/s on the 2-core bench
-# machine (bench/README.md). Each batch stays one statement and one transaction; events stay exactly once.
+# machine (docs/benchmarks.md). Each batch stays one statement and one transaction; events stay exactly once.
 SWEEP_CONNECTIONS = 2
 DRIFT_SCAN_PER_RUN = 20_000
 _COUPON = Coupon._meta.db_table

@@ -19,6 +19,7 @@ from django.db.models import Max
 
 from campaigns.models import Campaign, CampaignEvent, CampaignEventType
 from core.errors import ApplicationError
+from core.locks import AdvisoryLock
 
 from .models import Coupon, CouponEvent, CouponEventType, CouponStatus
 
@@ -27,8 +28,6 @@ MAX_DAYS = 365
 # of 1,000 coupons takes 30-36 ms (the one UPDATE ... RETURNING + INSERT statement), about 30,000 coupons/s;
 # its row locks are held that long, so a redemption racing the extension waits at most that.
 BATCH_SIZE = 1000
-# pg_advisory_xact_lock(namespace, extension id): serializes the batches of one extension (see _BATCH_SQL).
-_LOCK_NAMESPACE = 0x45585456  # "EXTV"
 
 
 class InvalidValidityExtension(ApplicationError):
@@ -158,7 +157,9 @@ def validity_extension_apply(*, extension: CampaignEvent, batch_size: int = BATC
     after = 0
     while True:
         with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_LOCK_NAMESPACE, extension.pk & 0x7FFFFFFF])
+            # Serializes the batches of one extension (see _BATCH_SQL).
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)",
+                           [AdvisoryLock.VALIDITY_EXTENSION, extension.pk & 0x7FFFFFFF])
             cursor.execute(_BATCH_SQL, {**params, "after": after})
             last_id, count = cursor.fetchone()  # type: ignore[misc]
         if last_id is None:

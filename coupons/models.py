@@ -91,7 +91,7 @@ class CouponEvent(models.Model):
     # The coupon's campaign, copied from its row by every writer in the same statement (the event log is read
     # by campaign). No foreign key constraint of its own: the coupon's foreign key already protects the campaign
     # (a campaign with coupons cannot be deleted, a coupon with events neither), and a check at every insert cost
-    # a sixth of an expiry (bench/README.md). verify_campaign counts events whose campaign is not their coupon's.
+    # a sixth of an expiry (docs/benchmarks.md). verify_campaign counts events whose campaign is not their coupon's.
     campaign = models.ForeignKey(Campaign, on_delete=models.PROTECT, related_name="coupon_events",
                                  db_constraint=False)
     type = models.CharField(max_length=12, choices=CouponEventType.choices)

@@ -17,7 +17,7 @@ class UseCode(enum.IntEnum):
     REVOKED = 14
     NOT_ELIGIBLE = 15
     ON_HOLD = 16
-    # Added by couponrush (README, OpenAPI): confirm of an order whose hold is no longer there.
+    # Added by couponrush (docs/api.md, OpenAPI): confirm of an order whose hold is no longer there.
     HOLD_LAPSED = 17
     NOT_HELD = 18
 

@@ -16,13 +16,13 @@ from django.utils import timezone
 
 from campaigns.models import Audience
 from core.errors import ApplicationError, NotFound, Unavailable
+from core.locks import AdvisoryLock
 
 from .codes import normalize_code
 from .models import Coupon, CouponEvent, CouponEventType, CouponStatus
 from .outcomes import UseCode, UseOutcome, done, jsonable, refused
 
 MAX_ATTEMPTS = 5
-_NEW_SHOPPER_LOCK = 7302  # pg advisory lock namespace: one new-shopper coupon use per shopper at a time
 HOLD_SECONDS_DEFAULT = 900
 HOLD_SECONDS_MAX = 86_400
 
@@ -152,7 +152,7 @@ def _refusal_for_use(coupon: Coupon, order: Order, user_id: str, now: datetime) 
         # "Never redeemed here" is a fact about all the shopper's coupons: serialize the shopper's uses of
         # new-shopper coupons (until this transaction ends), so two at once can't both count as the first.
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [_NEW_SHOPPER_LOCK, user_id])
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [AdvisoryLock.NEW_SHOPPER_USE, user_id])
         if Coupon.objects.filter(user_id=user_id, status__in=[CouponStatus.REDEEMED, CouponStatus.HELD]).exclude(
             pk=coupon.pk
         ).exists():

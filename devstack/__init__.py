@@ -56,12 +56,12 @@ MAX_RESTARTS, RESTART_WINDOW_SECONDS = 5, 600.0  # worker / beat restarts allowe
 
 
 # ---------------------------------------------------------------------------------------------------------
-# The process commands. README and docker-compose.yml mirror these: change them together.
+# The process commands. docs/ and docker-compose.yml mirror these: change them together.
 
 
 def web_command(port: int, host: str = "127.0.0.1") -> list[str]:
     # The project's server (config/server.py): the claim on each worker's event loop with an auto-pipelined
-    # Redis connection, the rest of the API through Django's WSGI handler in a thread pool. See bench/README.md.
+    # Redis connection, the rest of the API through Django's WSGI handler in a thread pool. See docs/benchmarks.md.
     return [
         "python", "-m", "config.server",
         "--host", host, "--port", str(port), "--workers", "2",

@@ -7,6 +7,7 @@ from typing import Any, NamedTuple
 
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.permissions import IsAuthenticated
@@ -15,7 +16,14 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from campaigns.redis_state import StoreUnavailable
-from core.api import ShopperApi, ShopperTokenAuthentication
+from core.api import (
+    ShopperApi,
+    ShopperTokenAuthentication,
+    id_parameter,
+    idempotency_key_parameter,
+    pattern_schema,
+    shopper_header_parameters,
+)
 from core.errors import ApplicationError, BadRequest, NotFound, Unavailable
 from core.hot import hot
 from core.http import (
@@ -36,9 +44,10 @@ from coupons.idempotency import Answer, run_idempotent
 from coupons.selectors import coupon_for_claim
 
 from . import ledger
+from .cancel import claim_cancel
+from .claim import ClaimOutcome, claim_create, claim_create_async, known_sold_out
 from .metrics import CLAIM_TALLY
 from .models import Claim, ClaimStatus
-from .services import ClaimOutcome, claim_cancel, claim_create, claim_create_async, known_sold_out
 
 REPLAYED = {"Idempotent-Replayed": "true"}
 
@@ -140,7 +149,8 @@ class _Claiming:
 
 def claim_request_of(meta: Mapping[str, Any], campaign_id_text: str, read_body: Callable[[], bytes]
                      ) -> ClaimRequest:
-    """Check the token, the campaign id, the Idempotency-Key and the body. Raise ApplicationError."""
+    """Check the token, the campaign id, the Idempotency-Key and the body. Raise ApplicationError.
+    CampaignClaimApi documents what it reads."""
     user_id = authenticated_user(meta)
     campaign = parse_id(campaign_id_text)
     key = idempotency_key_of(meta)
@@ -171,7 +181,7 @@ def claim_answered(outcome: ClaimOutcome, started: float) -> Answer3:
 @csrf_exempt
 def campaign_claim(request: HttpRequest, campaign_id: str) -> HttpResponse:
     """POST /api/v1/campaigns/{id}/claim through Django, for a WSGI server (the web server and the ASGI
-    application answer it on their event loop: orders/door.py). Documented in OpenAPI by CLAIM_OPERATION."""
+    application answer it on their event loop: orders/door.py). Documented in OpenAPI by CampaignClaimApi."""
     if request.method != "POST":
         return json_response(body_of(405, "method_not_allowed", "Use POST."), 405, {"Allow": "POST"})
     status, body, headers = claim_answer(request.META, campaign_id, lambda: request.body)
@@ -186,58 +196,82 @@ _CLAIM_EXAMPLES = {
     "ended": {"code": 4, "status": "ended", "claim_id": None, "campaign_id": 42},
     "paused": {"code": 5, "status": "paused", "claim_id": None, "campaign_id": 42},
 }
-CLAIM_OPERATION = {
-    "operationId": "campaign_claim",
-    "summary": "Grab a coupon of a campaign",
-    "description": (
-        "One atomic step in Redis: idempotency lookup, window and pause check, per-user limit, stock, "
-        "decrement, and the claim appended to the campaign's ledger. The coupon is issued asynchronously: "
-        "poll GET /api/v1/claims/{claim_id}. Business outcomes are HTTP 200 with `code` and `status`. "
-        "With an Idempotency-Key, a repeat returns the first answer unchanged with header "
-        "`Idempotent-Replayed: true`."
-    ),
-    "tags": ["claims"],
-    "security": [{"ShopperUserId": [], "ShopperToken": []}],
-    "parameters": [
-        {"name": "campaign_id", "in": "path", "required": True, "schema": {"type": "integer", "minimum": 1}},
-        {"name": "X-User-Id", "in": "header", "required": True,
-         "schema": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"}},
-        {"name": "X-Token", "in": "header", "required": True, "schema": {"type": "string"},
-         "description": "<expires>.<hex HMAC-SHA256(secret, '<user id>.<expires>')>"},
-        {"name": "Idempotency-Key", "in": "header", "required": False,
-         "schema": {"type": "string", "minLength": 1, "maxLength": 255}},
-    ],
-    "requestBody": {"required": False, "content": {"application/json": {"schema": {"type": "object"}, "example": {}}}},
-    "responses": {
-        "200": {
-            "description": "Decided: 0 claimed, 1 limit_reached, 2 sold_out, 3 not_started, 4 ended, 5 paused.",
-            "headers": {"Idempotent-Replayed": {"schema": {"type": "string", "enum": ["true"]}}},
-            "content": {"application/json": {
-                "schema": {
-                    "type": "object",
-                    "required": ["code", "status", "claim_id", "campaign_id"],
-                    "properties": {
-                        "code": {"type": "integer", "enum": [0, 1, 2, 3, 4, 5]},
-                        "status": {"type": "string", "enum": list(_CLAIM_EXAMPLES)},
-                        "claim_id": {"type": "string", "nullable": True, "pattern": f"^{ledger.CLAIM_ID_RE.pattern}$"},
-                        "campaign_id": {"type": "integer"},
-                    },
-                },
-                "examples": {name: {"value": value} for name, value in _CLAIM_EXAMPLES.items()},
-            }},
-        },
-        "429": {"description": "Rate limited: the campaign, the shopper or the address sent too many claims this "
-                               "second (Retry-After). Not stored under the Idempotency-Key.",
-                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"},
-                                                 "example": {"code": 429, "status": "rate_limited"}}}},
-        "413": {"description": "Body too large.", "content": {"application/json": {
-            "schema": {"$ref": "#/components/schemas/Error"},
-            "example": {"code": 413, "status": "payload_too_large"}}}},
-        "415": {"description": "Body is not JSON.", "content": {"application/json": {
-            "schema": {"$ref": "#/components/schemas/Error"},
-            "example": {"code": 415, "status": "unsupported_media_type"}}}},
+_CLAIM_RESULT = {
+    "type": "object",
+    "required": ["code", "status", "claim_id", "campaign_id"],
+    "properties": {
+        "code": {"type": "integer", "enum": [body["code"] for body in _CLAIM_EXAMPLES.values()]},
+        "status": {"type": "string", "enum": list(_CLAIM_EXAMPLES)},
+        "claim_id": pattern_schema(ledger.CLAIM_ID_RE, nullable=True),
+        "campaign_id": {"type": "integer"},
     },
 }
+
+
+class CampaignClaimApi(APIView):
+    """The claim's OpenAPI operation, and only that: the claim never runs through DRF (the hot path), but through
+    claim_request_of(), by campaign_claim (Django) or orders/door.py. The parameters are the ones it reads, built
+    from the expressions it checks them with (core.http's ID_RE and IDEMPOTENCY_KEY_RE, core.auth's USER_ID_RE and
+    TOKEN_RE)."""
+
+    authentication_classes = [ShopperTokenAuthentication]
+    permission_classes = [IsAuthenticated]
+
+    @extend_schema(
+        operation_id="campaign_claim",
+        tags=["claims"],
+        summary="Grab a coupon of a campaign",
+        description=(
+            "One atomic step in Redis: idempotency lookup, window and pause check, per-user limit, stock, "
+            "decrement, and the claim appended to the campaign's ledger. The coupon is issued asynchronously: "
+            "poll GET /api/v1/claims/{claim_id}. Business outcomes are HTTP 200 with `code` and `status`. "
+            "With an Idempotency-Key, a repeat returns the first answer unchanged with header "
+            "`Idempotent-Replayed: true`."
+        ),
+        parameters=[
+            id_parameter("campaign_id"),
+            *shopper_header_parameters(),
+            idempotency_key_parameter(required=False),
+            OpenApiParameter("Idempotent-Replayed", {"type": "string", "enum": ["true"]}, OpenApiParameter.HEADER,
+                             response=[200], description="The answer is the first one of this Idempotency-Key."),
+        ],
+        request={"application/json": OpenApiTypes.OBJECT},  # no field is read: any JSON object, or no body
+        responses={
+            200: OpenApiResponse(_CLAIM_RESULT, description="Decided: 0 claimed, 1 limit_reached, 2 sold_out, "
+                                                            "3 not_started, 4 ended, 5 paused."),
+            429: OpenApiResponse(description="Rate limited: the campaign, the shopper or the address sent too many "
+                                             "claims this second (Retry-After). Not stored under the "
+                                             "Idempotency-Key."),
+            413: OpenApiResponse(description="Body too large."),
+            415: OpenApiResponse(description="Body is not JSON."),
+        },
+        examples=[
+            OpenApiExample("empty", value={}, request_only=True),
+            *[OpenApiExample(name, value=value, response_only=True, status_codes=[200])
+              for name, value in _CLAIM_EXAMPLES.items()],
+        ],
+    )
+    def post(self, request: Request, campaign_id: str) -> Response:
+        """Never called: the route's view is campaign_claim (this class is only its schema)."""
+        raise NotImplementedError("POST /api/v1/campaigns/{id}/claim is orders.apis.campaign_claim")
+
+
+# drf-spectacular documents a route by its view's .cls (APIView.as_view() sets it): the claim's is its schema.
+campaign_claim.cls = CampaignClaimApi  # type: ignore[attr-defined]
+campaign_claim.initkwargs = {}  # type: ignore[attr-defined]
+
+
+def claim_id_of(text: str) -> tuple[int, str]:
+    """Return (campaign id, ledger entry id) of the claim id in a path; raise BadRequest if it is not one."""
+    parsed = ledger.parse_claim_id(text)
+    if parsed is None:
+        raise BadRequest("Not a claim id.")
+    return parsed
+
+
+_CLAIM_ID_PARAMETER = OpenApiParameter(  # claim_id_of() reads it
+    "claim_id", pattern_schema(ledger.CLAIM_ID_RE, example="42-1764470000000-0"), OpenApiParameter.PATH,
+    description="The claim's id, as the claim answered it.")
 
 
 class ClaimOutputSerializer(serializers.Serializer):
@@ -262,6 +296,7 @@ class ClaimDetailApi(APIView):
                     "`issued` with its coupon once the drain wrote it to PostgreSQL (usually within a second), "
                     "`cancelled` after a cancel, `failed` if it could not be issued. Only the shopper who claimed "
                     "it sees it: anyone else gets the same 404 as for an unknown claim.",
+        parameters=[_CLAIM_ID_PARAMETER],
         responses={200: ClaimOutputSerializer},
         examples=[OpenApiExample("pending", value={
             "code": 0, "status": "pending", "claim_id": "42-1764470000000-0", "campaign_id": 42,
@@ -269,10 +304,7 @@ class ClaimDetailApi(APIView):
     )
     def get(self, request: Request, claim_id: str) -> Response:
         user_id = request.user.user_id  # type: ignore[union-attr]
-        parsed = ledger.parse_claim_id(claim_id)
-        if parsed is None:
-            raise BadRequest("Not a claim id.")
-        campaign_id, entry_id = parsed
+        campaign_id, entry_id = claim_id_of(claim_id)
         redis_down = False
         try:
             entry = ledger.pending_entry(campaign_id, entry_id)
@@ -308,7 +340,7 @@ class ClaimCancelApi(ShopperApi):
                     "cancelled at once. 200 with code 0 `cancelled`, or a refusal: 4 ended (after the campaign's "
                     "end nothing is given back), 10 expired, 11 already_redeemed, 14 revoked, 16 on_hold. "
                     "Idempotency-Key optional.",
-        parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER, required=False)],
+        parameters=[idempotency_key_parameter(required=False), _CLAIM_ID_PARAMETER],
         request=None,
         responses={200: inline_serializer("CancelResult", {
             "code": serializers.IntegerField(help_text="0 cancelled, 4 ended, 11 already_redeemed, 14 revoked, "
@@ -322,8 +354,7 @@ class ClaimCancelApi(ShopperApi):
     def post(self, request: Request, claim_id: str) -> Response:
         key = idempotency_key(request._request)
         self.body()
-        if ledger.parse_claim_id(claim_id) is None:
-            raise BadRequest("Not a claim id.")
+        claim_id_of(claim_id)
         answer = run_idempotent(
             user_id=self.user_id, endpoint=f"POST /api/v1/claims/{claim_id}/cancel", key=key, payload={},
             execute=lambda: Answer(200, claim_cancel(user_id=self.user_id, claim_id=claim_id).body()),

@@ -214,42 +214,6 @@ def backlog_sizes(campaign_ids: list[int]) -> dict[int, int]:
     return sizes
 
 
-def replace_claim_records(
-    campaign_id: int, counts: dict[str, int], cancelled: list[str], *, chunk: int = 1000
-) -> None:
-    """Replace the per-user claim counts and the given-back claims (rebuild from PostgreSQL).
-
-    Call while the stock key is missing, so that no claim or cancel runs meanwhile.
-    """
-    keys = campaign_keys(campaign_id)
-    try:
-        client = redis_client()
-        client.delete(keys.users, keys.cancelled)
-        items = list(counts.items())
-        for start in range(0, len(items), chunk):
-            client.hset(keys.users, mapping=dict(items[start : start + chunk]))
-        for start in range(0, len(cancelled), chunk):
-            client.sadd(keys.cancelled, *cancelled[start : start + chunk])
-    except redis.RedisError as exc:
-        raise StoreUnavailable(str(exc)) from exc
-
-
-def restore_answers(campaign_id: int, answers: list[tuple[str, str, str, int]], *, chunk: int = 1000) -> int:
-    """Store again the answer of claims made with an Idempotency-Key: (user id, key digest, ledger id, ms to
-    keep it). A key already present is left alone. Return how many were stored (rebuild from PostgreSQL)."""
-    keys = campaign_keys(campaign_id)
-    stored = 0
-    try:
-        for start in range(0, len(answers), chunk):
-            pipe = redis_client().pipeline(transaction=False)
-            for user_id, digest, ledger_id, keep_ms in answers[start : start + chunk]:
-                pipe.set(keys.idempotency_of_digest(user_id, digest), f"0:{ledger_id}", px=keep_ms, nx=True)
-            stored += sum(1 for done in pipe.execute() if done)
-    except redis.RedisError as exc:
-        raise StoreUnavailable(str(exc)) from exc
-    return stored
-
-
 def oldest_unacknowledged_ms(campaign_id: int) -> int | None:
     """Return the claim time (ms) of the oldest ledger entry not yet in PostgreSQL, None when there is none."""
     keys = campaign_keys(campaign_id)

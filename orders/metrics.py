@@ -196,7 +196,7 @@ class LiveCampaignCollector(Collector):
     def collect(self) -> Iterator[GaugeMetricFamily]:
         from campaigns.redis_state import StoreUnavailable, remaining_many
         from orders import ledger
-        from orders.services import campaigns_to_drain
+        from orders.selectors import campaigns_to_drain
 
         remaining = GaugeMetricFamily("couponrush_remaining_stock", "coupons left in Redis", labels=["campaign"])
         backlog = GaugeMetricFamily("couponrush_ledger_backlog", "claims not yet persisted in PostgreSQL",

@@ -17,16 +17,13 @@ from django.utils import timezone
 
 from campaigns import redis_state
 from campaigns.models import Campaign
+from campaigns.rebuild import campaign_repair_lock
 
+from .cancel import persist_cancelled_entry
+from .drain import persist_entries
 from .models import Reconciliation
-from .services import (
-    Balance,
-    _insert_cancelled_claim,
-    campaign_rebuild,
-    campaign_repair_lock,
-    campaign_verify,
-    persist_entries,
-)
+from .rebuild import campaign_rebuild
+from .verify import Balance, campaign_verify
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +77,7 @@ def _repair(campaign: Campaign, balance: Balance) -> list[str]:
         as_cancelled = [e for e in balance.missing_entries if e.claim_id in given_back]
         to_issue = [e for e in balance.missing_entries if e.claim_id not in given_back]
         issued = persist_entries(campaign, to_issue)
-        cancelled = sum(_insert_cancelled_claim(e) for e in as_cancelled)
+        cancelled = sum(persist_cancelled_entry(e) for e in as_cancelled)
         if issued or cancelled:
             repairs.append(f"persisted {issued} ledger entries missing from PostgreSQL"
                            + (f" and {cancelled} given back ones as cancelled" if cancelled else ""))

@@ -1,9 +1,11 @@
-"""Reads of claims and reconciliations for the operator's console (one query per page, not per row)."""
+"""Reads of claims and reconciliations for the operator's console (one query per page, not per row), and of the
+campaigns whose ledger the drain, the housekeeping and the metrics look at."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import connection
 from django.db.models import Count
 from django.utils import timezone
@@ -11,6 +13,13 @@ from django.utils import timezone
 from campaigns.models import Campaign
 
 from .models import Claim, ClaimStatus, Reconciliation
+
+
+def campaigns_to_drain() -> list[int]:
+    """Return the ids of campaigns whose ledger may hold entries (loaded and not past end + grace)."""
+    grace = timedelta(seconds=settings.COUPONS_KEY_GRACE_SECONDS)
+    ids = Campaign.objects.with_redis_state(at=timezone.now(), grace=grace).values_list("pk", flat=True)
+    return list(ids)
 
 
 def claims_issued_counts(campaign_ids: list[int]) -> dict[int, int]:

@@ -24,7 +24,7 @@ from campaigns.redis_state import redis_client, reset_redis_client
 from campaigns.services import campaign_preheat
 from core.auth import mint_token
 from devstack import STATIC_ROOT, resolve, web_command
-from orders.services import forget_campaign_facts
+from orders.claim import forget_campaign_facts
 
 from .factories import CampaignFactory
 

@@ -12,8 +12,9 @@ from campaigns.models import Campaign, CampaignEvent
 from campaigns.redis_state import ClaimCode, campaign_keys, redis_client, run_claim
 from coupons.models import Coupon, CouponEvent
 from orders.console import VIEWER_GROUP
+from orders.drain import drain_campaign
 from orders.models import Reconciliation
-from orders.services import campaign_verify, drain_campaign
+from orders.verify import campaign_verify
 
 from .factories import CampaignFactory
 

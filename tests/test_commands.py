@@ -14,8 +14,8 @@ from campaigns.redis_state import ClaimCode, campaign_keys, redis_client, run_cl
 from core.auth import authenticate
 from coupons.models import Coupon
 from orders import ledger
+from orders.drain import drain_campaign, persist_entries
 from orders.models import Claim
-from orders.services import drain_campaign, persist_entries
 
 from .factories import CampaignFactory
 

@@ -79,7 +79,7 @@ def test_the_lines_of_a_claim_carry_its_campaign_and_shopper_and_nothing_leaks_t
 
 
 def test_the_lines_of_a_drain_task_carry_its_campaign(live_campaign, caplog) -> None:
-    from orders.services import claim_create
+    from orders.claim import claim_create
     from orders.tasks import drain_campaign
 
     campaign = live_campaign()

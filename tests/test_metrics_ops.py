@@ -24,9 +24,9 @@ from config.celery import app
 from core.metrics import celery_queue_names
 from coupons.compensation import expire_and_lapse_due
 from coupons.models import CouponStatus
-from orders import services
+from orders import drain
+from orders.drain import drain_campaign
 from orders.metrics import CLAIM_TALLY, ClaimTally
-from orders.services import drain_campaign
 
 from .conftest import ROOT, free_port, in_one_second, process_env, shopper_headers, unacknowledged
 from .coupons.helpers import issued_coupon
@@ -75,7 +75,7 @@ def test_a_drain_that_fails_counts_one_failure_and_leaves_its_entries_pending(li
     def broken(*args: Any) -> int:
         raise RuntimeError("PostgreSQL went away")
 
-    monkeypatch.setattr(services, "persist_entries", broken)
+    monkeypatch.setattr(drain, "persist_entries", broken)
     with pytest.raises(RuntimeError):
         drain_campaign(campaign_id=campaign.pk)
 

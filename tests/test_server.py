@@ -368,10 +368,11 @@ def test_many_pipelined_requests_in_one_write_are_all_answered(server) -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_sold_out_claims_answered_at_once_keep_their_order_among_answers_that_wait(server, live_campaign) -> None:
-    """A worker answers a sold-out claim in the parser's callback (the application answers it at once), and a
-    claim that needs Redis or a request for Django from a task: in one pipelined write, every answer still comes back in
-    the order of the requests, and the sold-out ones are the claim's whole answer."""
+def test_sold_out_claims_decided_without_waiting_keep_their_order_among_answers_that_wait(server,
+                                                                                         live_campaign) -> None:
+    """Sold-out claims (which the application answers without waiting), claims that need Redis and requests for
+    Django: in one pipelined write, every answer still comes back in the order of the requests, and the
+    sold-out ones are the claim's whole answer."""
     campaign = live_campaign(total_stock=1)
     path = f"/api/v1/campaigns/{campaign.pk}/claim"
     json_type = {"Content-Type": "application/json"}

@@ -19,7 +19,7 @@ from core import tracing
 from coupons.compensation import expire_and_lapse_due, repair_drift
 from coupons.models import Coupon
 from orders import ledger
-from orders.services import drain_campaign
+from orders.drain import drain_campaign
 
 from .conftest import ROOT
 from .coupons.helpers import issued_coupon

@@ -2,7 +2,7 @@
 
 An application is any object with `body_limit` (the largest body it reads; a larger Content-Length is refused
 before the body is read), `answer(request)` and `close()`. `answer` returns the Response itself when it can
-answer at once (the server then writes it in the parser's callback), or an awaitable of one. Nothing here
+answer without waiting (no coroutine to make and run), or an awaitable of one. Nothing here
 imports Django or the project's apps.
 """
 from __future__ import annotations

@@ -2,7 +2,7 @@
 Take back a claim whose request gave up: Redis ran it, but froze (or the connection died) before the reply
 reached the caller, who answered 503 ("nothing was changed") once its deadline had passed and it still could
 not read the answer. Sent by that caller when Redis answers again; the claim itself is then cancelled through
-the ordinary cancel path (orders.services.claim_cancel: the coupon, if issued, revoked; the stock returned once).
+the ordinary cancel path (orders.cancel.claim_cancel: the coupon, if issued, revoked; the stock returned once).
 
 KEYS[1] the claim's answer key (its Idempotency-Key's, or the request's own)
 ARGV[1] the token of the request that gave up: only the claim that request made is taken back

@@ -262,7 +262,6 @@ SPECTACULAR_SETTINGS = {
     },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
-        "orders.schema.schema_postprocess",
         "core.api.schema_postprocess",
     ],
 }

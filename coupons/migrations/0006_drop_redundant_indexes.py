@@ -1,7 +1,7 @@
 # Indexes that another index already covers: every one of them is written again each time a coupon changes
 # state (the row gets a new version: status is in indexes and in the partial indexes' predicates, so no
 # update is HOT), each time the drain issues a coupon, and for every event. Measured with bench/expiry_sweep.py
-# and bench/drain_bench.py (bench/README.md).
+# and bench/drain_bench.py (docs/benchmarks.md).
 #
 # - coupons_coupon (campaign_id): coupon_campaign_status (campaign_id, status) begins with it.
 # - coupons_couponevent (coupon_id): event_coupon_time (coupon_id, created_at) begins with it.

@@ -12,8 +12,8 @@ from campaigns.models import Campaign
 from campaigns.redis_state import campaign_keys, redis_client, reset_redis_client
 from campaigns.services import campaign_pause
 from coupons.models import Coupon, CouponStatus
+from orders.drain import drain_campaign
 from orders.models import Claim, ClaimStatus
-from orders.services import drain_campaign
 from tests.conftest import shopper_headers, unacknowledged
 from tests.factories import CampaignFactory
 

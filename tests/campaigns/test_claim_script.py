@@ -189,7 +189,7 @@ def test_drain_flag_expires_so_a_lost_trigger_is_sent_again(live_campaign) -> No
 def test_after_a_sell_out_claims_without_a_key_are_answered_from_memory_for_half_a_second(live_campaign) -> None:
     import time as clock
 
-    from orders.services import claim_create
+    from orders.claim import claim_create
 
     campaign = live_campaign(total_stock=1, per_user_limit=1)
     assert claim_create(campaign_id=campaign.pk, user_id="ann", idempotency_key=None).status == "claimed"

@@ -15,7 +15,7 @@ from campaigns.redis_async import PipelinedRedis
 from campaigns.redis_state import campaign_keys, redis_client, reset_redis_client, scripts
 from campaigns.services import campaign_preheat
 from core.errors import Unavailable
-from orders.services import claim_create, claim_create_async
+from orders.claim import claim_create, claim_create_async
 
 from ..conftest import free_port, run_coroutine
 from ..factories import CampaignFactory

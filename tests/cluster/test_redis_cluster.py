@@ -30,12 +30,15 @@ from campaigns.redis_state import (
     scripts,
 )
 from core.auth import mint_token
-from core.errors import Unavailable
+from core.errors import RateLimited, Unavailable
 from coupons.models import Coupon, CouponStatus
 from orders import ledger, tasks
+from orders.cancel import claim_cancel
+from orders.claim import claim_create
+from orders.drain import drain_campaign
 from orders.models import Claim, ClaimStatus
 from orders.reconciliation import campaign_reconcile
-from orders.services import RateLimited, campaign_verify, claim_cancel, claim_create, drain_campaign
+from orders.verify import campaign_verify
 
 from ..orders.test_reconciliation import lose_from_postgres
 from ..test_settings import GOOD, run_with_production_settings

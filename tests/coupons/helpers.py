@@ -9,7 +9,7 @@ from campaigns.redis_state import ClaimCode, run_claim
 from coupons.models import Coupon, CouponEvent
 from coupons.replay import disagreements
 from orders import ledger
-from orders.services import drain_campaign
+from orders.drain import drain_campaign
 
 
 def claimed_coupon(campaign: Campaign, user: str) -> Coupon:

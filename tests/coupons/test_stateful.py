@@ -18,8 +18,11 @@ from core.errors import NotFound
 from coupons.models import Coupon, CouponStatus
 from coupons.replay import disagreements
 from coupons.services import Order, coupon_confirm, coupon_redeem, coupon_release, coupon_reserve, coupons_settle_due
+from orders.cancel import claim_cancel
+from orders.claim import claim_create
+from orders.drain import drain_campaign
 from orders.models import Claim
-from orders.services import campaign_verify, claim_cancel, claim_create, drain_campaign
+from orders.verify import campaign_verify
 from tests.factories import CampaignFactory
 
 USERS = ["ann", "bob", "cid"]

@@ -20,7 +20,7 @@ from django.db import connections, transaction
 from django.test import Client
 from django.utils import timezone
 
-from coupons.codes import new_code
+from coupons.codes import new_codes
 from coupons.models import Coupon, CouponEvent, CouponEventType, CouponStatus, IdempotencyRecord
 from coupons.services import coupon_revoke
 from tests.conftest import shopper_headers
@@ -202,7 +202,7 @@ def test_someone_elses_code_and_an_unknown_code_get_the_identical_404(client, li
 
     # when
     someone_elses = use(client, coupon.code, action, "bob", key="k")
-    unknown = use(client, new_code(), action, "bob", key="k")
+    unknown = use(client, new_codes(1)[0], action, "bob", key="k")
     not_a_code = use(client, "NOPE", action, "bob", key="k")
 
     # then

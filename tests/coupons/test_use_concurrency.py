@@ -27,7 +27,7 @@ from coupons.models import Coupon, CouponEvent, CouponEventType, CouponStatus
 from coupons.outcomes import UseOutcome
 from coupons.replay import disagreements, fold
 from coupons.services import Order, coupon_confirm, coupon_redeem, coupon_release, coupon_reserve
-from orders.services import drain_campaign
+from orders.drain import drain_campaign
 
 RACERS = 20
 AMOUNT = Decimal("350.00")  # the factory's rule: spend 300.00, get 50.00 off

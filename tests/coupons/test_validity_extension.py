@@ -26,7 +26,7 @@ from coupons.extension import (
 )
 from coupons.models import Coupon, CouponEvent, CouponEventType, CouponStatus
 from coupons.services import Order, coupon_redeem, coupon_reserve, coupon_revoke, coupon_settle
-from orders.services import drain_campaign
+from orders.drain import drain_campaign
 
 from .helpers import assert_rows_agree_with_events
 

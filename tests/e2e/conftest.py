@@ -21,7 +21,7 @@ from django.core.management import call_command
 from django.db import connections
 
 from campaigns.models import Campaign
-from orders.services import drain_campaign
+from orders.drain import drain_campaign
 
 from ..conftest import ROOT
 

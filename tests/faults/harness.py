@@ -578,7 +578,7 @@ def check(stack: Stack, campaign: CampaignInfo, load: Load, window: Window, *, f
         problems.append(f"{invariant}: {what}{shown}")
 
     # A coupon revoked because its claim was taken back (a request answered 503 whose claim had run: see
-    # orders.services.ClaimVoider) is nobody's: only the others count.
+    # orders.claim.ClaimVoider) is nobody's: only the others count.
     coupons = dict(stack.sql(f"SELECT claim_id, user_id FROM {Coupon._meta.db_table} WHERE campaign_id = %s "
                              "AND status <> %s", (campaign.id, CouponStatus.REVOKED)))
     claims = stack.sql(f"SELECT user_id, count(*) FROM {Claim._meta.db_table} WHERE campaign_id = %s "

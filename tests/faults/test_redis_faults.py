@@ -34,7 +34,7 @@ def test_redis_killed_with_sigkill_restarts_from_its_aof_and_loses_no_claim(faul
     campaign = fault_stack.boot(stock=450)
     # Zero loss across a kill is what Redis promises with `appendfsync always` (DESIGN.md): with everysec, while
     # the previous second's fsync still runs (a busy disk), Redis holds up to 2 s of AOF data in memory and
-    # still answers, so a kill then may lose answered claims (seen once in CI; README, "Redis durability").
+    # still answers, so a kill then may lose answered claims (seen once in CI; docs/deployment.md, "Redis durability").
     # Under `always` the AOF holds every answered claim, and this checks that couponrush loses none of them.
     fault_stack.redis.admin().config_set("appendfsync", "always")
     assert fault_stack.redis.admin().config_get("appendfsync") == {"appendfsync": "always"}
@@ -77,7 +77,7 @@ def test_a_frozen_redis_is_a_503_within_a_second_and_healthz_does_not_notice(fau
     checks = [(took, value) for started, took, value in health.samples if window.start < started < window.end]
     assert checks and all(value == 200 and took < FAST_503_SECONDS for took, value in checks), checks
     # A claim Redis ran the instant it froze, whose reply it had not yet written, was answered 503: it has
-    # been taken back since (orders.services.ClaimVoider), so no coupon is left for it (I4).
+    # been taken back since (orders.claim.ClaimVoider), so no coupon is left for it (I4).
     assert not problems
 
 

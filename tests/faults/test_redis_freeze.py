@@ -12,7 +12,7 @@ import pytest
 from campaigns.redis_state import campaign_keys, redis_client, reset_redis_client
 from campaigns.services import campaign_preheat
 from core.errors import Unavailable
-from orders.services import claim_create
+from orders.claim import claim_create
 
 from ..factories import CampaignFactory
 

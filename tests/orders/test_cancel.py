@@ -31,8 +31,11 @@ from coupons.outcomes import UseOutcome
 from coupons.replay import disagreements
 from coupons.services import Order, coupon_redeem, coupon_reserve
 from orders import ledger
+from orders.cancel import claim_cancel
+from orders.drain import drain_campaign
 from orders.models import Claim, ClaimStatus
-from orders.services import campaign_rebuild, campaign_verify, claim_cancel, drain_campaign
+from orders.rebuild import campaign_rebuild
+from orders.verify import campaign_verify
 from tests.conftest import shopper_headers, unacknowledged
 
 AMOUNT = Decimal("350.00")  # the factory's rule: spend 300.00, get 50.00 off

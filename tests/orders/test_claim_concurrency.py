@@ -13,8 +13,9 @@ import pytest
 from campaigns.redis_state import campaign_keys, redis_client
 from core.auth import mint_token
 from coupons.models import Coupon
+from orders.drain import drain_campaign
 from orders.models import Claim
-from orders.services import campaign_verify, drain_campaign
+from orders.verify import campaign_verify
 
 STOCK, LIMIT, SHOPPERS, THREADS, CLAIMS_PER_THREAD = 200, 2, 1000, 16, 200
 

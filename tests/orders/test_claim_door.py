@@ -14,8 +14,9 @@ from prometheus_client import REGISTRY
 from config.asgi import make_application
 from config.wsgi import application as django_application
 from core.auth import mint_token, token_signature
-from orders import services
+from orders.claim import known_sold_out
 from orders.metrics import CLAIM_TALLY
+from orders.sold_out import sold_out_until
 from webserver.interface import Request, Response
 
 from ..claim_cases import CASES, call
@@ -111,10 +112,10 @@ def sold_out(door, live_campaign: Any) -> Any:
     first, late = claim(door, campaign.pk, plain("late"))
     assert not isinstance(first, tuple)  # no flag yet: Redis decides
     assert decoded(late)[2]["status"] == "sold_out"
-    assert services.known_sold_out(campaign.pk, None) is not None  # the script's answer raised the flag
-    services._sold_out_until[campaign.pk] = time.monotonic() + 600
+    assert known_sold_out(campaign.pk, None) is not None  # the script's answer raised the flag
+    sold_out_until[campaign.pk] = time.monotonic() + 600
     yield campaign
-    services._sold_out_until.pop(campaign.pk, None)
+    sold_out_until.pop(campaign.pk, None)
 
 
 def counted(campaign_id: int, outcome: str = "sold_out") -> float:
@@ -175,7 +176,7 @@ def test_a_claim_with_an_idempotency_key_always_asks_redis(door, sold_out) -> No
 
 def test_once_the_flag_lapses_the_script_decides_again(door, sold_out) -> None:
     assert isinstance(claim(door, sold_out.pk, plain("eve"))[0], tuple)
-    services._sold_out_until[sold_out.pk] = time.monotonic() - 1
+    sold_out_until[sold_out.pk] = time.monotonic() - 1
     assert not isinstance(claim(door, sold_out.pk, plain("eve"))[0], tuple)
 
 

@@ -17,8 +17,9 @@ from campaigns.redis_state import DRAIN_GROUP, campaign_keys, redis_client, run_
 from coupons.codes import CODE_RE
 from coupons.models import Coupon, CouponEvent, CouponEventType, CouponStatus
 from orders import ledger
+from orders.drain import drain_campaign, persist_entries
 from orders.models import Claim, ClaimStatus
-from orders.services import campaign_verify, drain_campaign, persist_entries
+from orders.verify import campaign_verify
 
 from ..conftest import ROOT, process_env, unacknowledged
 
@@ -131,7 +132,7 @@ def _pending_of(campaign, consumer: str) -> int:
 def _start_doomed_drain(campaign) -> subprocess.Popen:
     code = (
         "import django; django.setup();"
-        "from orders.services import drain_campaign;"
+        "from orders.drain import drain_campaign;"
         f"drain_campaign(campaign_id={campaign.pk}, consumer='doomed', batch_size=100, max_seconds=120)"
     )
     return subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=process_env())

@@ -14,7 +14,7 @@ from campaigns.redis_state import campaign_keys, redis_client
 from config.celery import app
 from coupons.models import Coupon
 from orders import tasks
-from orders.services import claim_create
+from orders.claim import DRAIN_TASK, claim_create
 
 from ..conftest import ROOT, process_env, unacknowledged
 from ..factories import CampaignFactory
@@ -88,3 +88,9 @@ def test_every_periodic_job_is_in_the_beat_schedule_once_and_registered() -> Non
     app.loader.import_default_modules()
     assert set(names) <= set(app.tasks)
     assert settings.CELERY_BEAT_SCHEDULER == "django_celery_beat.schedulers:DatabaseScheduler"
+
+
+def test_the_drain_trigger_sends_a_task_the_worker_knows_by_that_name() -> None:
+    app.loader.import_default_modules()
+
+    assert DRAIN_TASK in app.tasks and DRAIN_TASK == tasks.drain_campaign.name

@@ -14,9 +14,12 @@ from core.errors import Unavailable
 from coupons.idempotency import Answer, run_idempotent
 from coupons.models import Coupon, CouponEvent, IdempotencyRecord
 from orders import ledger, tasks
+from orders.cancel import claim_cancel
+from orders.claim import claim_create
+from orders.drain import drain_campaign
 from orders.models import Claim, Reconciliation
 from orders.reconciliation import campaign_reconcile
-from orders.services import campaign_verify, claim_cancel, claim_create, drain_campaign
+from orders.verify import campaign_verify
 
 from ..conftest import run_twice_at_once
 

@@ -23,8 +23,10 @@ from campaigns.redis_state import (
 )
 from core.errors import Unavailable
 from coupons.models import Coupon
+from orders.claim import claim_create, claim_voider, void_claim
+from orders.drain import drain_campaign
 from orders.models import Claim, ClaimStatus
-from orders.services import campaign_verify, claim_create, claim_voider, drain_campaign, void_claim
+from orders.verify import campaign_verify
 
 
 def ran_but_unanswered(campaign, user: str, key: str | None) -> ClaimOutcomeUnknown:

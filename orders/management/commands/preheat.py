@@ -10,7 +10,7 @@ from campaigns.errors import CampaignStateLost
 from campaigns.models import Campaign
 from campaigns.services import campaign_preheat
 from core.errors import ApplicationError
-from orders.services import campaign_rebuild
+from orders.rebuild import campaign_rebuild
 
 
 class Command(BaseCommand):

@@ -10,7 +10,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from campaigns.models import Campaign
 from campaigns.redis_state import StoreUnavailable
-from orders.services import Balance, campaign_verify
+from orders.verify import Balance, campaign_verify
 
 
 def balance_lines(b: Balance) -> list[str]:

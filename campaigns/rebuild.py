@@ -1,0 +1,98 @@
+"""Rebuild a campaign's lost Redis state from PostgreSQL, one rebuild or repair of a campaign at a time.
+
+The claims a rebuild starts from are orders' (imports run orders -> campaigns, never back), so this module reads
+none of their tables: orders.rebuild drains the ledger into PostgreSQL, reads the claims and hands them in as
+ClaimRecords; this module writes the Redis side from them (per-user counts, the claims given back, the answers of
+claims made with an Idempotency-Key, then the stock and the ledger's last id) and records the REBUILT event.
+The repair lock is here with what it guards; reconciliation (orders) takes the same lock to repair.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import connection
+from django.utils import timezone
+
+from core.errors import Unavailable
+from core.locks import AdvisoryLock
+
+from . import redis_state
+from .models import Campaign, CampaignEvent, CampaignEventType
+from .services import keys_expire_at
+
+log = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def campaign_repair_lock(campaign_id: int) -> Iterator[bool]:
+    """Hold the campaign's repair lock (a session advisory lock, re-entrant) if free; yield whether taken."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [AdvisoryLock.CAMPAIGN_REPAIR, campaign_id])
+        taken = bool(cursor.fetchone()[0])
+    try:
+        yield taken
+    finally:
+        if taken:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [AdvisoryLock.CAMPAIGN_REPAIR, campaign_id])
+
+
+class RepairBusy(Unavailable):
+    message = "Another rebuild or repair of this campaign is running; retry shortly."
+
+
+@dataclass(frozen=True)
+class ClaimRecords:
+    """What PostgreSQL holds of a campaign's claims, all of the ledger drained into it: what a rebuild needs."""
+
+    per_user: dict[str, int]  # claims not cancelled, by shopper
+    cancelled: list[str]  # ids of the claims cancelled (their stock given back)
+    last_ledger_id: str  # the ledger id of the latest claim, "0-0" when there is none
+    # (shopper, key digest, ledger id) of the claims made with an Idempotency-Key within the answers' retention
+    keyed: list[tuple[str, str, str]]
+
+
+def campaign_state_rebuild(*, campaign: Campaign, claims: ClaimRecords) -> int:
+    """Load a campaign's lost Redis state again from its claims and return the stock it now has.
+
+    Call holding campaign_repair_lock, once campaign_preheat raised CampaignStateLost (no stock in Redis, so no
+    claim or cancel runs meanwhile), with the claims read after the ledger was drained. Raise StoreUnavailable.
+    """
+    redis_state.replace_claim_records(campaign.pk, claims.per_user, claims.cancelled)
+    answers = _restore_answers(campaign, claims.keyed)  # before the stock exists: no claim is decided until then
+    remaining = campaign.total_stock - sum(claims.per_user.values())
+    _, stock = redis_state.load_state(
+        campaign_id=campaign.pk,
+        starts_at=campaign.starts_at,
+        ends_at=campaign.ends_at,
+        paused=campaign.paused,
+        per_user_limit=campaign.per_user_limit,
+        total_stock=campaign.total_stock,
+        expire_at=keys_expire_at(campaign),
+        initial_stock=max(remaining, 0),
+        last_ledger_id=claims.last_ledger_id,
+        rate_limit=campaign.admits_per_second,
+    )
+    Campaign.objects.filter(pk=campaign.pk, preheated_at__isnull=True).update(preheated_at=timezone.now())
+    figures = {"remaining": stock, "claims": sum(claims.per_user.values()), "given_back": len(claims.cancelled),
+               "answers_restored": answers}
+    CampaignEvent.objects.create(campaign=campaign, type=CampaignEventType.REBUILT, actor="rebuild", data=figures)
+    log.warning("rebuilt campaign %s in Redis from PostgreSQL: %s left", campaign.pk, stock)
+    return stock if stock is not None else 0
+
+
+def _restore_answers(campaign: Campaign, keyed: list[tuple[str, str, str]]) -> int:
+    """Store again the 'claimed' answer of every claim made with an Idempotency-Key in the last 24 hours."""
+    keep_ms = settings.COUPONS_IDEMPOTENCY_TTL_SECONDS * 1000
+    now_ms = int(time.time() * 1000)
+    answers = []
+    for user_id, digest, ledger_id in keyed:
+        left_ms = keep_ms - (now_ms - int(ledger_id.partition("-")[0]))
+        if left_ms > 0:
+            answers.append((user_id, digest, ledger_id, left_ms))
+    return redis_state.restore_answers(campaign.pk, answers)

@@ -1,0 +1,302 @@
+"""The claim: one Lua script in Redis decides it and appends it to the ledger (the hot path); the drain
+persists it later.
+
+What the claim keeps in this process is here too: the facts of campaigns Redis does not know (for a few
+seconds), and the background threads that send drain triggers and take back claims answered 503 without
+knowing whether they ran (void_claim).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, NamedTuple, NoReturn
+
+from celery import current_app
+from django.db import DatabaseError, close_old_connections, connection
+from django.utils import timezone
+
+from campaigns import redis_state
+from campaigns.errors import CampaignStateLost
+from campaigns.models import Campaign
+from campaigns.redis_state import ClaimCode, ClaimOutcomeUnknown, StoreUnavailable
+from campaigns.services import campaign_preheat
+from core.errors import NotFound, RateLimited, Unavailable
+from core.hot import hot
+
+from . import ledger
+from .background import InBackground
+from .cancel import claim_cancel
+from .sold_out import SOLD_OUT_FOR_SECONDS, sold_out_until
+
+log = logging.getLogger(__name__)
+
+CLAIM_STATUSES = {
+    ClaimCode.CLAIMED: "claimed",
+    ClaimCode.LIMIT_REACHED: "limit_reached",
+    ClaimCode.SOLD_OUT: "sold_out",
+    ClaimCode.NOT_STARTED: "not_started",
+    ClaimCode.ENDED: "ended",
+    ClaimCode.PAUSED: "paused",
+}
+
+
+class ClaimOutcome(NamedTuple):  # a tuple: built on every claim, 4x cheaper than a frozen dataclass
+    code: int
+    status: str
+    campaign_id: int
+    claim_id: str | None
+    replayed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _CampaignFacts:
+    """What the claim path needs to know of a campaign whose state is not in Redis."""
+
+    exists: bool
+    ends_at: datetime | None = None
+    preheated: bool = False
+
+
+# The request path reads PostgreSQL only when Redis has no state for a campaign, and remembers the answer
+# for a few seconds per process, so a storm on an unknown or lost campaign does not reach the database.
+_FACTS_TTL_SECONDS = 5.0
+_facts: dict[int, tuple[float, _CampaignFacts]] = {}
+
+
+def _campaign_facts(campaign_id: int) -> _CampaignFacts:
+    now = time.monotonic()
+    cached = _facts.get(campaign_id)
+    if cached is not None and now - cached[0] < _FACTS_TTL_SECONDS:
+        return cached[1]
+    # The claim's fast path skips Django's request cycle, which would retire broken or stale connections.
+    if not connection.in_atomic_block:
+        close_old_connections()
+    row = Campaign.objects.published().filter(pk=campaign_id).values("ends_at", "preheated_at").first()
+    facts = (
+        _CampaignFacts(exists=False)
+        if row is None
+        else _CampaignFacts(exists=True, ends_at=row["ends_at"], preheated=row["preheated_at"] is not None)
+    )
+    if len(_facts) > 10_000:
+        _facts.clear()
+    _facts[campaign_id] = (now, facts)
+    return facts
+
+
+def forget_campaign_facts() -> None:
+    """Forget all this process remembers of campaigns: their facts and which sold out."""
+    _facts.clear()
+    sold_out_until.clear()
+
+
+class ClaimsRateLimited(RateLimited):
+    message = "Too many claims this second (campaign, shopper or address); retry after a second."
+
+
+def claim_create(
+    *, campaign_id: int, user_id: str, idempotency_key: str | None, client_ip: str | None = None
+) -> ClaimOutcome:
+    """Claim one coupon for a shopper: one Lua script in Redis; the drain persists it later.
+
+    Raise NotFound (unknown or unpublished campaign), RateLimited, or Unavailable (Redis down, or the
+    campaign's state lost from Redis and not yet rebuilt). Ids and the IP must be validated by the caller.
+    """
+    known = known_sold_out(campaign_id, idempotency_key)
+    if known is not None:
+        return known
+    try:
+        result: redis_state.ClaimResult | None = redis_state.run_claim(
+            campaign_id=campaign_id, user_id=user_id, idempotency_key=idempotency_key, client_ip=client_ip
+        )
+        if result is not None and result.code == ClaimCode.NO_STATE:
+            result = _claim_without_state(campaign_id, user_id, idempotency_key, client_ip)
+    except StoreUnavailable as exc:
+        _unavailable(campaign_id, exc)
+    return _claim_outcome(campaign_id, result)
+
+
+def _unavailable(campaign_id: int, exc: StoreUnavailable) -> NoReturn:
+    if isinstance(exc, ClaimOutcomeUnknown):
+        claim_voider.request(exc)
+    else:
+        log.warning("claim on campaign %s: Redis unavailable: %s", campaign_id, exc)
+    raise Unavailable() from exc
+
+
+async def claim_create_async(
+    *, campaign_id: int, user_id: str, idempotency_key: str | None, client_ip: str | None = None
+) -> ClaimOutcome:
+    """claim_create() on an event loop (the claim's fast path, config/asgi.py): the same steps, the script
+    through the loop's auto-pipelined connection. The rare steps that read PostgreSQL (a campaign Redis does
+    not know) run in a thread; on Redis Cluster the whole claim does (the pipelined client speaks to one node).
+    """
+    if hot().redis_cluster:
+        return await asyncio.to_thread(claim_create, campaign_id=campaign_id, user_id=user_id,
+                                       idempotency_key=idempotency_key, client_ip=client_ip)
+    known = known_sold_out(campaign_id, idempotency_key)
+    if known is not None:
+        return known
+    try:
+        result: redis_state.ClaimResult | None = await redis_state.run_claim_async(
+            campaign_id=campaign_id, user_id=user_id, idempotency_key=idempotency_key, client_ip=client_ip
+        )
+        if result is not None and result.code == ClaimCode.NO_STATE:
+            result = await asyncio.to_thread(_claim_without_state, campaign_id, user_id, idempotency_key, client_ip)
+    except StoreUnavailable as exc:
+        _unavailable(campaign_id, exc)
+    return _claim_outcome(campaign_id, result)
+
+
+def known_sold_out(campaign_id: int, idempotency_key: str | None) -> ClaimOutcome | None:
+    """The sold_out outcome when this process saw the campaign sold out less than SOLD_OUT_FOR_SECONDS ago
+    (answered without Redis); None otherwise, and always for a claim with an Idempotency-Key (whose repeat
+    must get its first answer, which only Redis knows)."""
+    if idempotency_key is None and sold_out_until.get(campaign_id, 0.0) > time.monotonic():
+        outcome = _sold_out_outcomes.get(campaign_id)
+        if outcome is None:
+            if len(_sold_out_outcomes) > 10_000:
+                _sold_out_outcomes.clear()
+            outcome = _sold_out_outcomes[campaign_id] = ClaimOutcome(
+                ClaimCode.SOLD_OUT, CLAIM_STATUSES[ClaimCode.SOLD_OUT], campaign_id, None)
+        return outcome
+    return None
+
+
+_sold_out_outcomes: dict[int, ClaimOutcome] = {}  # one per campaign: a tuple, the same for every answer
+
+
+def _claim_outcome(campaign_id: int, result: redis_state.ClaimResult | None) -> ClaimOutcome:
+    """Turn the script's result (None: the campaign has ended) into the outcome, or raise."""
+    if result is None:
+        return ClaimOutcome(ClaimCode.ENDED, CLAIM_STATUSES[ClaimCode.ENDED], campaign_id, None)
+    if result.code == ClaimCode.RATE_LIMITED:
+        raise ClaimsRateLimited()
+    if result.code == ClaimCode.TOO_LATE:
+        log.warning("claim on campaign %s ran after its deadline (Redis was stalled): refused, nothing changed",
+                    campaign_id)
+        raise Unavailable()
+    if result.trigger_drain:
+        drain_trigger.request(campaign_id)
+    if result.code == ClaimCode.SOLD_OUT:
+        if len(sold_out_until) > 10_000:
+            sold_out_until.clear()
+        sold_out_until[campaign_id] = time.monotonic() + SOLD_OUT_FOR_SECONDS
+    claimed = result.code == ClaimCode.CLAIMED
+    return ClaimOutcome(
+        code=int(result.code),
+        status=CLAIM_STATUSES[result.code],
+        campaign_id=campaign_id,
+        claim_id=ledger.claim_id_of(campaign_id, result.ledger_id) if claimed else None,
+        replayed=result.replayed,
+    )
+
+
+def _claim_without_state(
+    campaign_id: int, user_id: str, key: str | None, client_ip: str | None
+) -> redis_state.ClaimResult | None:
+    """Handle a campaign Redis knows nothing of; return None when it has ended."""
+    facts = _campaign_facts(campaign_id)
+    if not facts.exists:
+        raise NotFound("No such campaign.")
+    assert facts.ends_at is not None
+    if timezone.now() >= facts.ends_at:
+        return None
+    if facts.preheated:
+        # Loaded once and now gone (Redis lost its data): never guess the stock; wait for the rebuild.
+        raise CampaignStateLost()
+    campaign = Campaign.objects.get(pk=campaign_id)
+    campaign_preheat(campaign=campaign)
+    _facts.pop(campaign_id, None)
+    result = redis_state.run_claim(campaign_id=campaign_id, user_id=user_id, idempotency_key=key,
+                                   client_ip=client_ip)
+    if result.code == ClaimCode.NO_STATE:
+        raise CampaignStateLost()
+    return result
+
+
+DRAIN_TASK = "orders.tasks.drain_campaign"
+
+
+class DrainTrigger(InBackground):
+    """Send drain tasks from a background thread, so a slow or absent broker never delays a claim.
+
+    The claim script already debounces (at most one pending trigger per campaign); if a send fails, the
+    beat sweep drains the ledger a few seconds later anyway.
+    """
+
+    thread_name = "drain-trigger"
+
+    def request(self, campaign_id: int) -> None:
+        self._submit([campaign_id])
+
+    def _handle(self, work: list[Any]) -> None:
+        for campaign_id in set(work):
+            try:  # by name: a service never imports a task (DESIGN.md, The shape)
+                current_app.send_task(DRAIN_TASK, args=[campaign_id], retry=False, expires=60, ignore_result=True)
+            except Exception:  # the broker is down: the beat sweep will drain
+                log.warning("could not send a drain trigger for campaign %s", campaign_id, exc_info=True)
+
+
+drain_trigger = DrainTrigger()
+
+
+class ClaimVoider(InBackground):
+    """Take back, in the background, the claims whose requests were answered 503 without knowing whether
+    they ran (redis_state.ClaimOutcomeUnknown: the reply lost and Redis still unreachable at the deadline).
+
+    Once Redis answers again, void.lua marks the answer void, unless a repeat of the Idempotency-Key was told
+    'claimed' meanwhile (then the claim stands, and that shopper knows), and the claim is cancelled through
+    claim_cancel (coupon revoked if issued, stock returned once). Tried every half second for 15 minutes.
+    Kept in the process's memory: a web process that dies meanwhile leaves such a claim in place (logged).
+    """
+
+    thread_name = "claim-voider"
+    RETRY_SECONDS, GIVE_UP_SECONDS = 0.5, 900.0
+
+    def request(self, unknown: ClaimOutcomeUnknown) -> None:
+        log.warning("claim on campaign %s by %s: outcome unknown (Redis unreachable after the deadline), "
+                    "answered 503; it will be taken back if it ran", unknown.campaign_id, unknown.user_id)
+        unknown.__cause__ = unknown.__context__ = unknown.__traceback__ = None  # keep no frames alive
+        self._submit([(time.monotonic(), unknown)])
+
+    def _handle(self, work: list[Any]) -> None:
+        waiting = []
+        for n, (since, unknown) in enumerate(work):
+            try:
+                void_claim(unknown)
+            except (StoreUnavailable, Unavailable, DatabaseError):
+                if time.monotonic() - since < self.GIVE_UP_SECONDS:
+                    waiting.append((since, unknown))
+                else:
+                    log.error("gave up taking back the claim under %s (campaign %s, %s): it stands",
+                              unknown.answer_key, unknown.campaign_id, unknown.user_id)
+                waiting.extend(work[n + 1:])  # the store is still away: the rest waits for the next round
+                break
+            except Exception:
+                log.exception("could not take back the claim under %s", unknown.answer_key)
+        connection.close()  # this thread's own; rare work, no connection kept
+        if waiting:
+            time.sleep(self.RETRY_SECONDS)
+            self._submit(waiting)
+
+
+def void_claim(unknown: ClaimOutcomeUnknown) -> str | None:
+    """Take back the claim of a request answered 503 (ClaimVoider); return its claim id if it was cancelled.
+    Raise StoreUnavailable or Unavailable (try again later: a claim marked void is remembered on `unknown`,
+    so a retry goes on to cancel it)."""
+    if unknown.claim_id is None:
+        ledger_id = redis_state.run_void(unknown.answer_key, unknown.token)
+        if ledger_id is None:
+            return None
+        unknown.claim_id = ledger.claim_id_of(unknown.campaign_id, ledger_id)
+    claim_id = unknown.claim_id
+    outcome = claim_cancel(user_id=unknown.user_id, claim_id=claim_id)
+    log.warning("took back claim %s: its request had been answered 503 (%s)", claim_id, outcome.status,
+                extra={"claim_id": claim_id, "campaign": unknown.campaign_id})
+    return claim_id
+
+
+claim_voider = ClaimVoider()

@@ -1,0 +1,65 @@
+"""Rebuild a campaign's lost Redis state from its claims in PostgreSQL: the orders half of campaigns.rebuild.
+
+The rebuild writes Redis and campaigns' rows (campaigns.rebuild.campaign_state_rebuild); campaigns imports
+nothing of orders, so what it needs of the claims is read here and passed in: the drain first moves every claim
+the ledger still holds into PostgreSQL, then the claims are read. No table of orders is read by campaigns.
+"""
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.db.models import Count
+from django.utils import timezone
+
+from campaigns.errors import CampaignStateLost
+from campaigns.models import Campaign
+from campaigns.rebuild import ClaimRecords, RepairBusy, campaign_repair_lock, campaign_state_rebuild
+from campaigns.services import campaign_preheat
+
+from .drain import drain_campaign
+from .models import Claim, ClaimStatus
+from .sold_out import forget_sold_out
+
+
+def campaign_rebuild(*, campaign: Campaign) -> int:
+    """Rebuild a campaign's lost Redis state from PostgreSQL and return the stock it now has.
+
+    Drains whatever the ledger still holds first (taking over every unacknowledged entry), so that no
+    claim Redis accepted is forgotten, then loads per-user counts, the stream's last id and the stock.
+    One at a time per campaign (RepairBusy otherwise).
+    """
+    with campaign_repair_lock(campaign.pk) as taken:
+        if not taken:
+            raise RepairBusy()
+        try:
+            return campaign_preheat(campaign=campaign).remaining
+        except CampaignStateLost:
+            pass
+        drain_campaign(campaign_id=campaign.pk, reclaim_idle_ms=0, max_seconds=600)
+        stock = campaign_state_rebuild(campaign=campaign, claims=_claim_records(campaign))
+        forget_sold_out(campaign.pk)
+        return stock
+
+
+def _claim_records(campaign: Campaign) -> ClaimRecords:
+    """Read what the rebuild needs of the campaign's claims (call once the ledger is drained)."""
+    claims = Claim.objects.filter(campaign=campaign).exclude(status=ClaimStatus.CANCELLED)
+    counts = dict(claims.values_list("user_id").annotate(n=Count("id")).values_list("user_id", "n"))
+    last = (
+        Claim.objects.filter(campaign=campaign)
+        .extra(select={"ms": "split_part(claim_id, '-', 2)::bigint", "seq": "split_part(claim_id, '-', 3)::bigint"})
+        .order_by("-ms", "-seq")
+        .values_list("ms", "seq")
+        .first()
+    )
+    cancelled = list(
+        Claim.objects.filter(campaign=campaign, status=ClaimStatus.CANCELLED).values_list("claim_id", flat=True)
+    )
+    keep = timedelta(seconds=settings.COUPONS_IDEMPOTENCY_TTL_SECONDS)
+    prefix = len(f"{campaign.pk}-")
+    rows = Claim.objects.filter(campaign=campaign, claimed_at__gt=timezone.now() - keep).exclude(key_digest="")
+    keyed = [(user_id, digest, claim_id[prefix:])
+             for user_id, digest, claim_id in rows.values_list("user_id", "key_digest", "claim_id")]
+    return ClaimRecords(per_user=counts, cancelled=cancelled, last_ledger_id=f"{last[0]}-{last[1]}" if last else "0-0",
+                        keyed=keyed)

@@ -1,0 +1,160 @@
+"""Verify a campaign's accounting (DESIGN.md): total stock == Redis remaining + claims - restocked, computed
+from one consistent cut of Redis, then PostgreSQL; reconciliation repairs from what it finds."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from django.db import connection
+
+from campaigns.models import Campaign
+from coupons.models import Coupon, CouponEvent
+
+from . import ledger
+from .models import Claim, ClaimStatus
+
+
+@dataclass
+class Balance:
+    """DESIGN.md's accounting: total == remaining + claims (persisted and in the ledger) - restocked.
+
+    `restocked` counts the claims Redis gave back (cancel.lua's set), read in the same cut as the stock.
+    Per-user counts in Redis are checked against the claims too (claims given back excluded).
+    """
+
+    campaign_id: int
+    total_stock: int
+    remaining: int | None
+    persisted_claims: int
+    ledger_only_claims: int
+    restocked: int
+    coupons: int
+    issued_claims: int
+    users_over_limit: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    # What reconciliation may repair: ledger entries PostgreSQL lacks, per-user counts Redis has wrong.
+    missing_entries: list[ledger.LedgerEntry] = field(default_factory=list, repr=False)
+    users_drift: dict[str, tuple[int, int]] = field(default_factory=dict)  # user -> (in Redis, expected)
+    given_back: set[str] = field(default_factory=set, repr=False)  # claim ids Redis restocked
+
+    @property
+    def claims(self) -> int:
+        return self.persisted_claims + self.ledger_only_claims
+
+    @property
+    def right_side(self) -> int | None:
+        if self.remaining is None:
+            return None
+        return self.remaining + self.claims - self.restocked
+
+    @property
+    def drift(self) -> int | None:
+        return None if self.right_side is None else self.total_stock - self.right_side
+
+    @property
+    def balanced(self) -> bool:
+        return (self.right_side == self.total_stock and not self.users_over_limit and not self.users_drift
+                and not self.problems)
+
+
+@dataclass(frozen=True, slots=True)
+class _PersistedSide:
+    per_user: dict[str, int]  # claims up to the cut, by shopper
+    persisted: int  # claims up to the cut
+    persisted_ledger_ids: set[str]  # which of the cut's ledger entries PostgreSQL holds
+    cancelled: list[str]  # claims up to the cut that are cancelled
+    given_back_owners: dict[str, str]  # claim id -> shopper, for the claims Redis gave back
+    coupons: int
+    issued: int  # claims no longer pending
+    orphans: int  # issued claims without a coupon
+    misfiled_events: int  # events of the campaign's coupons filed under another campaign, or the reverse
+
+
+def _persisted_side(campaign: Campaign, snap: ledger.LedgerSnapshot) -> _PersistedSide:
+    """PostgreSQL's side of the balance in one statement, so one snapshot: a drain committing meanwhile is
+    seen by all of it or by none (separate queries counted such an entry twice, as persisted and as missing)."""
+    ms, seq = (int(part) for part in snap.last_id.split("-"))
+    claims, coupons, events = Claim._meta.db_table, Coupon._meta.db_table, CouponEvent._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            WITH c AS (SELECT claim_id, user_id, status FROM {claims} WHERE campaign_id = %(campaign)s),
+                 upto AS (SELECT * FROM c WHERE (split_part(claim_id, '-', 2)::bigint,
+                                                 split_part(claim_id, '-', 3)::bigint) <= (%(ms)s, %(seq)s))
+            SELECT
+              (SELECT coalesce(json_object_agg(user_id, n), '{{}}')
+                 FROM (SELECT user_id, count(*) AS n FROM upto GROUP BY user_id) AS per_user),
+              (SELECT count(*) FROM upto),
+              (SELECT coalesce(array_agg(claim_id), '{{}}') FROM c WHERE claim_id = ANY(%(ledger)s)),
+              (SELECT coalesce(array_agg(claim_id), '{{}}') FROM upto WHERE status = %(cancelled)s),
+              (SELECT coalesce(json_object_agg(claim_id, user_id), '{{}}') FROM c WHERE claim_id = ANY(%(given)s)),
+              (SELECT count(*) FROM {coupons} WHERE campaign_id = %(campaign)s),
+              (SELECT count(*) FROM c WHERE status <> %(pending)s),
+              (SELECT count(*) FROM c WHERE status = %(issued)s AND NOT EXISTS (
+                 SELECT 1 FROM {coupons} AS k WHERE k.campaign_id = %(campaign)s AND k.claim_id = c.claim_id)),
+              (SELECT count(*) FROM {events} AS e JOIN {coupons} AS k ON k.id = e.coupon_id
+                 WHERE e.campaign_id = %(campaign)s AND k.campaign_id <> %(campaign)s)
+              + (SELECT count(*) FROM {coupons} AS k JOIN {events} AS e ON e.coupon_id = k.id
+                 WHERE k.campaign_id = %(campaign)s AND e.campaign_id <> %(campaign)s)
+            """,
+            {"campaign": campaign.pk, "ms": ms, "seq": seq, "ledger": [e.claim_id for e in snap.entries],
+             "given": sorted(snap.cancelled), "cancelled": ClaimStatus.CANCELLED, "pending": ClaimStatus.PENDING,
+             "issued": ClaimStatus.ISSUED},
+        )
+        per_user, persisted, in_ledger, cancelled, owners, coupon_count, issued, orphans, misfiled = cursor.fetchone()
+    return _PersistedSide(per_user=per_user, persisted=persisted, persisted_ledger_ids=set(in_ledger),
+                          cancelled=list(cancelled), given_back_owners=owners, coupons=coupon_count, issued=issued,
+                          orphans=orphans, misfiled_events=misfiled)
+
+
+def campaign_verify(*, campaign: Campaign) -> Balance:
+    """Compute both sides of the campaign's balance from one consistent cut of Redis, then PostgreSQL.
+
+    Exact under load: only claims Redis had issued at the moment of the cut are counted from PostgreSQL.
+    """
+    snap = ledger.snapshot(campaign.pk)
+    side = _persisted_side(campaign, snap)
+    missing = [e for e in snap.entries if e.claim_id not in side.persisted_ledger_ids]
+    # Per user: every claim up to the cut (PostgreSQL, plus the ledger's own), less those given back.
+    expected: dict[str, int] = dict(side.per_user)
+    for entry in missing:
+        expected[entry.user_id] = expected.get(entry.user_id, 0) + 1
+    owners = dict(side.given_back_owners)
+    owners.update({e.claim_id: e.user_id for e in missing if e.claim_id in snap.cancelled})
+    for claim_id in snap.cancelled:
+        if claim_id in owners:
+            expected[owners[claim_id]] -= 1
+    balance = Balance(
+        campaign_id=campaign.pk,
+        total_stock=campaign.total_stock,
+        remaining=snap.remaining,
+        persisted_claims=side.persisted,
+        ledger_only_claims=len(missing),
+        restocked=len(snap.cancelled),
+        coupons=side.coupons,
+        issued_claims=side.issued,
+        users_over_limit=sorted(u for u, n in expected.items() if n > campaign.per_user_limit),
+        missing_entries=missing,
+        given_back=snap.cancelled,
+    )
+    if snap.remaining is None:
+        balance.problems.append("Redis holds no stock for this campaign (never loaded, expired or lost)")
+        return balance
+    if snap.remaining < 0:
+        balance.problems.append(f"Redis stock is negative ({snap.remaining})")
+    redis_users = {u: n for u, n in snap.users.items() if u}
+    balance.users_drift = {
+        u: (redis_users.get(u, 0), expected.get(u, 0))
+        for u in set(redis_users) | set(expected)
+        if redis_users.get(u, 0) != expected.get(u, 0)
+    }
+    if side.orphans:
+        balance.problems.append(f"{side.orphans} issued claims have no coupon")
+    if side.misfiled_events:
+        balance.problems.append(f"{side.misfiled_events} coupon events name another campaign than their coupon's")
+    cancelled_in_db = set(side.cancelled)
+    if cancelled_in_db != snap.cancelled:
+        balance.problems.append(
+            f"claims given back in Redis but not cancelled in PostgreSQL: {sorted(snap.cancelled - cancelled_in_db)}; "
+            f"cancelled in PostgreSQL without their stock back: {sorted(cancelled_in_db - snap.cancelled)}"
+        )
+    return balance

@@ -104,7 +104,7 @@ def json_object_of(meta: Mapping[str, Any], read_body: Callable[[], bytes], *, a
     if raw == b"{}":
         return {}  # the usual claim body, without the parser
     try:
-        document = json.loads(raw)
+        document = json.loads(raw, parse_constant=_not_json)
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # RecursionError: absurdly deep nesting
         raise BadRequest("The body is not valid JSON.") from exc
     if not isinstance(document, dict):
@@ -112,12 +112,53 @@ def json_object_of(meta: Mapping[str, Any], read_body: Callable[[], bytes], *, a
     return document
 
 
+_FORWARDED = ("HTTP_X_FORWARDED_FOR", "HTTP_X_FORWARDED_PROTO", "HTTP_X_FORWARDED_HOST", "HTTP_X_FORWARDED_PORT",
+              "HTTP_FORWARDED")
+_proxies: tuple[tuple[str, ...], list[Any]] | None = None
+
+
+def from_trusted_proxy(meta: Mapping[str, Any]) -> bool:
+    """True when the connection comes from a proxy the settings trust (COUPONS_TRUSTED_PROXY_HOPS > 0 and the
+    peer in COUPONS_TRUSTED_PROXIES): only then do its forwarded headers say anything."""
+    global _proxies
+    if settings.COUPONS_TRUSTED_PROXY_HOPS <= 0:
+        return False
+    configured = tuple(settings.COUPONS_TRUSTED_PROXIES)
+    if _proxies is None or _proxies[0] != configured:
+        _proxies = configured, [ipaddress.ip_network(n, strict=False) for n in configured]
+    try:
+        peer = ipaddress.ip_address(meta.get("REMOTE_ADDR") or "")
+    except ValueError:
+        return False
+    return any(peer in network for network in _proxies[1])
+
+
+class ForwardedHeadersMiddleware:
+    """Drop the forwarded headers of a request that did not come from a trusted proxy, before anything reads
+    them (SECURE_PROXY_SSL_HEADER's X-Forwarded-Proto, the per-address limit's X-Forwarded-For)."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        meta = request.META
+        if not from_trusted_proxy(meta):
+            for key in _FORWARDED:
+                meta.pop(key, None)
+        return self.get_response(request)
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON (RFC 8259)")
+
+
 def client_ip(meta: Mapping[str, Any]) -> str | None:
-    """Return the client's address, normalized, for the per-IP limit: REMOTE_ADDR, or the address the
-    COUPONS_TRUSTED_PROXY_HOPS-th trusted proxy saw (X-Forwarded-For). None when it is not an address."""
+    """Return the client's address, normalized, for the per-IP limit: REMOTE_ADDR, or, on a connection from a
+    trusted proxy, the address the COUPONS_TRUSTED_PROXY_HOPS-th proxy saw (X-Forwarded-For). None when it
+    is not an address."""
     hops = settings.COUPONS_TRUSTED_PROXY_HOPS
     candidate = meta.get("REMOTE_ADDR")
-    if hops > 0:
+    if hops > 0 and from_trusted_proxy(meta):
         forwarded = [part.strip() for part in (meta.get("HTTP_X_FORWARDED_FOR") or "").split(",") if part.strip()]
         candidate = forwarded[-hops] if len(forwarded) >= hops else None
     try:

@@ -33,9 +33,44 @@ def in_image(command: list[str]) -> list[str]:
     return [IMAGE_STATIC_ROOT if part == str(devstack.STATIC_ROOT) else part for part in command]
 
 
-def test_the_web_service_runs_devstacks_web_command(compose) -> None:
-    assert compose["services"]["web"]["command"] == in_image(devstack.web_command(8000, host="0.0.0.0"))
-    assert "8000:8000" in compose["services"]["web"]["ports"]
+def test_the_web_service_runs_devstacks_web_command_behind_the_proxy(compose) -> None:
+    services = compose["services"]
+    web = services["web"]
+    assert web["command"] == in_image(devstack.web_command(8000, host="0.0.0.0"))
+    # Only the proxy publishes ports: web is reached on 8000 inside the edge network.
+    assert "ports" not in web and web["expose"] == ["8000"]
+    assert services["proxy"]["ports"] == ["80:80", "443:443"]
+    assert services["proxy"]["environment"]["PROXY_UPSTREAM"] == "web:8000"
+    assert {name for name, service in services.items() if service.get("ports")} == {"proxy", "flower"}
+    assert services["flower"]["ports"] == ["127.0.0.1:5555:5555"]
+
+
+def test_web_trusts_forwarded_headers_from_the_edge_network_alone(compose) -> None:
+    """The proxy reaches web on `edge`, whose fixed subnet is web's COUPONS_TRUSTED_PROXIES; only the two of them
+    are on it (the stores are on `backend`)."""
+    services, env = compose["services"], compose["services"]["web"]["environment"]
+    subnet = compose["networks"]["edge"]["ipam"]["config"][0]["subnet"]
+    assert env["COUPONS_TRUSTED_PROXIES"] == subnet == "${COUPONRUSH_EDGE_SUBNET:-172.31.240.0/24}"
+    assert env["COUPONS_TRUSTED_PROXY_HOPS"] == "1"
+    assert env["DJANGO_HTTPS"] == "${DJANGO_HTTPS:-true}" and env["DJANGO_SECURE_SSL_REDIRECT"] == "false"
+    assert {name for name, service in services.items() if "edge" in service.get("networks", [])} == {"web", "proxy"}
+    assert {name for name, service in services.items() if "backend" in service.get("networks", [])} == (
+        set(services) - {"proxy", "certs"})
+
+
+def test_the_proxy_waits_for_its_certificate_and_web(compose) -> None:
+    services = compose["services"]
+    proxy, certs = services["proxy"], services["certs"]
+    assert proxy["image"].startswith("nginx:") and certs["restart"] == "no"
+    assert proxy["depends_on"]["certs"]["condition"] == "service_completed_successfully"
+    assert proxy["depends_on"]["web"]["condition"] == "service_healthy"
+    assert "proxy-certs:/certs" in certs["volumes"] and "proxy-certs:/certs:ro" in proxy["volumes"]
+    script = certs["command"][-1]
+    assert script.startswith("test -s /certs/tls.crt") and "apk add --no-cache openssl" in script
+    for mount in proxy["volumes"]:  # the configuration files the proxy mounts are the repository's
+        source = mount.split(":")[0]
+        if source.startswith("./"):
+            assert (ROOT / source).exists(), source
 
 
 def test_the_worker_and_beat_services_run_devstacks_commands(compose) -> None:
@@ -54,7 +89,7 @@ def test_every_long_running_service_has_a_health_check(compose) -> None:
     services = compose["services"]
     long_running = {name for name, service in services.items() if service.get("restart") != "no"}
 
-    assert long_running == {"postgres", "redis", "web", "worker", "beat", "flower"}
+    assert long_running == {"postgres", "redis", "web", "proxy", "worker", "beat", "flower"}
     assert {name for name in long_running if not services[name].get("healthcheck", {}).get("test")} == set()
     assert "celery -A config inspect ping -d celery@$$HOSTNAME" in services["worker"]["healthcheck"]["test"][1]
 

@@ -53,7 +53,8 @@ CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 class Server:
     """config.server started with the run command's options (and these), in a process group of its own."""
 
-    def __init__(self, log: Path, *options: str, mount: Path | None = None, workers: int | None = None) -> None:
+    def __init__(self, log: Path, *options: str, mount: Path | None = None, workers: int | None = None,
+                 env: dict[str, str] | None = None) -> None:
         self.port = free_port()
         command = web_command(self.port)
         if mount is not None:
@@ -62,7 +63,7 @@ class Server:
             command[command.index("--workers") + 1] = str(workers)
         self.log = log
         with log.open("wb") as stderr:  # a file: a pipe nobody reads would stop a chatty server
-            self.proc = subprocess.Popen(resolve([*command, *options]), cwd=ROOT, env=process_env(),
+            self.proc = subprocess.Popen(resolve([*command, *options]), cwd=ROOT, env={**process_env(), **(env or {})},
                                          stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True)
         try:
             wait_for(self.ready, 30, 0.02, "the server answers /healthz")

@@ -57,6 +57,9 @@ REQUEST_SECONDS = 30.0  # from a request's first byte to its last
 KEEP_ALIVE_SECONDS = 60.0  # an idle connection is closed after this
 _FEED_PIECE = 16 * 1024  # a read is handed to the parser in pieces of at most this size
 MAX_QUEUED = 32  # pipelined requests waiting on one connection before reading pauses
+_MIN_REQUEST = 16  # the fewest bytes a complete request takes ("GET / HTTP/1.0\n\n")
+WRITE_SECONDS = 30.0  # a connection whose answers the client does not read for this long is dropped
+MAX_CONNECTIONS = 4096  # per worker; one more is answered 503 and closed
 LINGER_SECONDS = 2.0  # after a last answer, what the client still sends is read (and dropped) this long at most
 STOP_GRACE_SECONDS = 8.0  # a stopping worker finishes its requests in hand for at most this long
 RESTARTS, RESTART_WINDOW = 10, 60.0  # a worker that dies more often than this within the window: give up
@@ -85,7 +88,8 @@ class Incoming:
     """One request as it is parsed, then answered."""
 
     __slots__ = ("url", "headers", "body", "method", "version", "keep_alive", "began", "header_bytes",
-                 "head_received", "head_done", "skip_body", "error", "expect_continue", "continued")
+                 "head_received", "head_done", "skip_body", "error", "expect_continue", "continued",
+                 "body_left", "in_chunk_head", "hosts")
 
     def __init__(self, began: float) -> None:
         self.url = b""
@@ -102,6 +106,10 @@ class Incoming:
         self.error: Response | None = None  # answer this instead, then close
         self.expect_continue = False
         self.continued = False  # "100 Continue" sent
+        self.body_left = 0  # bytes of a body of known length still to come
+        self.in_chunk_head = False  # a chunk's size line is parsed and no byte of its data yet: the last
+        #                             chunk's trailer section comes here
+        self.hosts = 0  # Host header fields
 
 
 class _Refuse(Exception):
@@ -131,6 +139,9 @@ class HttpConnection(asyncio.Protocol):
         self.lingering_since: float | None = None  # the last answer is sent: waiting for the client to close
         self.client_done = False  # the client ended its side (a half-close): what it sent is answered, then close
         self.last_active = self.loop.time()
+        self.unparsed = b""  # what was read while the queue was full: parsed once it has room again
+        self.eof_pending = False  # the client's end of file came behind unparsed bytes
+        self.write_blocked_since: float | None = None
 
     # asyncio.Protocol
 
@@ -141,7 +152,14 @@ class HttpConnection(asyncio.Protocol):
         local = transport.get_extra_info("sockname")
         if isinstance(local, tuple):
             self.server = (str(local[0]), int(local[1]))
+        full = len(self.worker.connections) >= self.worker.max_connections
         self.worker.connections.add(self)
+        if full:  # the worker holds all it may: say so, and close (what the client sends is read and dropped)
+            self.done_reading = True
+            response = error_response(503, "unavailable", "The server is at its connection limit; retry shortly.")
+            response[1].append((b"retry-after", b"1"))
+            transport.write(self.encode(Incoming(0.0), response, False))
+            self.close_softly(transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.worker.connections.discard(self)
@@ -153,6 +171,9 @@ class HttpConnection(asyncio.Protocol):
     def eof_received(self) -> bool | None:
         """The client has sent all it will: answer the requests it sent, then close. A request cut short is
         dropped (it can never be complete)."""
+        if self.unparsed:  # answered once what came before the end is parsed (feed_pieces)
+            self.eof_pending = True
+            return True
         self.client_done = self.done_reading = True
         self.current = None
         if self.lingering_since is None and (self.busy or self.queue):
@@ -162,8 +183,10 @@ class HttpConnection(asyncio.Protocol):
     def pause_writing(self) -> None:
         if self.writable is None or self.writable.done():
             self.writable = self.loop.create_future()
+            self.write_blocked_since = self.loop.time()
 
     def resume_writing(self) -> None:
+        self.write_blocked_since = None
         if self.writable is not None and not self.writable.done():
             self.writable.set_result(None)
 
@@ -171,14 +194,52 @@ class HttpConnection(asyncio.Protocol):
         if self.done_reading:
             return
         self.last_active = self.loop.time()
-        if len(data) <= _FEED_PIECE:
-            self.feed(data)
-            return
-        view = memoryview(data)  # a large read, in pieces: see feed()
-        for start in range(0, len(data), _FEED_PIECE):
-            self.feed(view[start:start + _FEED_PIECE])
+        self.feed_pieces(data)
+
+    def feed_pieces(self, data: bytes) -> None:
+        """Parse what was read, in pieces that can complete no more requests than the queue has room for:
+        once it is full, reading pauses and the rest waits (self.unparsed) until answers make room. A
+        client that pipelines and never reads costs the worker one read and MAX_QUEUED requests, no more."""
+        view = memoryview(data)
+        start, end = 0, len(data)
+        while start < end:
             if self.done_reading:
                 return
+            room = MAX_QUEUED - len(self.queue)
+            if room <= 0:
+                self.unparsed = bytes(view[start:])
+                self.pause_reading()
+                return
+            size = room * _MIN_REQUEST  # at most `room` requests complete in this many bytes
+            request = self.current
+            if request is not None and request.head_done:
+                size += request.body_left  # body bytes of a known length complete no request
+            size = min(size, _FEED_PIECE)
+            self.feed(view[start:start + size] if start or size < end else data)
+            start += size
+        self.unparsed = b""
+
+    def pause_reading(self) -> None:
+        if not self.reading_paused and self.transport is not None:
+            self.reading_paused = True
+            self.transport.pause_reading()
+
+    def resume_reading(self, transport: asyncio.Transport) -> None:
+        """Parse what waited, then read again (unless the queue filled up again meanwhile)."""
+        if self.current is not None:  # its clock stood still while the server did not read
+            self.current.began = self.loop.time()
+        pending, self.unparsed = self.unparsed, b""
+        self.reading_paused = False
+        if pending:
+            self.feed_pieces(pending)
+        if self.reading_paused or transport.is_closing():
+            return
+        if self.eof_pending:
+            self.eof_pending = False
+            if self.eof_received() is None:
+                transport.close()
+            return
+        transport.resume_reading()
 
     def feed(self, data: bytes | memoryview) -> None:
         receiving = self.current
@@ -209,8 +270,9 @@ class HttpConnection(asyncio.Protocol):
             # that never ends would grow without bound. A piece that was all one request's head counts here
             # (the piece a request begins in does not: part of it may be the request before; a piece is at
             # most _FEED_PIECE bytes, so what the parser holds stays under HEADER_LIMIT + _FEED_PIECE).
+            # Trailers are held the same way: a piece that began and ended in a chunk's head counts too.
             request = self.current
-            if request is not None and request is receiving and not request.head_done:
+            if request is not None and request is receiving and (not request.head_done or request.in_chunk_head):
                 request.head_received += len(data)
                 if request.head_received > HEADER_LIMIT:
                     self.refuse(error_response(431, "invalid_request", "The request's headers are too large."))
@@ -231,10 +293,19 @@ class HttpConnection(asyncio.Protocol):
     def on_header(self, name: bytes, value: bytes) -> None:
         request = self.current
         assert request is not None
-        request.header_bytes += len(name) + len(value) + 4
+        request.header_bytes += len(name) + len(value) + 4  # a trailer's too: head and trailers, one limit
         if request.header_bytes > HEADER_LIMIT or len(request.headers) >= MAX_HEADERS:
             raise _Refuse(error_response(431, "invalid_request", "The request's headers are too large."))
-        request.headers.append((name.lower(), value))
+        if request.head_done:
+            return  # a trailer field: never a request header (RFC 9110 6.5.1), and nothing here needs one
+        name = name.lower()
+        if name == b"host":
+            request.hosts += 1
+        request.headers.append((name, value))
+
+    def on_chunk_header(self) -> None:
+        if self.current is not None:
+            self.current.in_chunk_head = True
 
     def on_headers_complete(self) -> None:
         request = self.current
@@ -244,8 +315,17 @@ class HttpConnection(asyncio.Protocol):
         request.method = parser.get_method().decode("latin-1")
         request.version = parser.get_http_version()
         request.keep_alive = parser.should_keep_alive()
+        if request.version not in ("1.1", "1.0"):
+            raise _Refuse(error_response(505, "http_version_not_supported", "Only HTTP/1.1 and HTTP/1.0 are served."))
+        if request.hosts > 1 or (request.hosts == 0 and request.version == "1.1"):  # RFC 9112 3.2
+            raise _Refuse(error_response(400, "invalid_request", "An HTTP/1.1 request has exactly one Host header."))
         for name, value in request.headers:
+            if name == b"transfer-encoding" and value.strip().lower() != b"chunked":
+                # RFC 9112 6.1: chunked is the only coding served, and it comes once, last
+                raise _Refuse(error_response(501, "not_implemented", "Only Transfer-Encoding: chunked is served."))
             if name == b"content-length":
+                if value.isdigit():
+                    request.body_left = int(value)
                 if value.isdigit() and int(value) > self.worker.body_limit:
                     # Answered now with no body (the application refuses it by its Content-Length), and
                     # the connection closes: the body is never read.
@@ -273,6 +353,8 @@ class HttpConnection(asyncio.Protocol):
         request = self.current
         if request is None or request.skip_body:
             return
+        request.in_chunk_head = False
+        request.body_left -= len(body)
         if len(request.body) <= self.worker.body_limit:  # a chunked body: keep one byte over the limit
             request.body += body[: self.worker.body_limit + 1 - len(request.body)]
 
@@ -299,9 +381,8 @@ class HttpConnection(asyncio.Protocol):
         if not self.busy:
             self.busy = True
             self.loop.create_task(self.answer_queue())
-        elif len(self.queue) >= MAX_QUEUED and not self.reading_paused and self.transport is not None:
-            self.reading_paused = True
-            self.transport.pause_reading()
+        elif len(self.queue) >= MAX_QUEUED:
+            self.pause_reading()
 
     async def answer_queue(self) -> None:
         worker = self.worker
@@ -327,10 +408,7 @@ class HttpConnection(asyncio.Protocol):
                 if self.writable is not None:
                     await self.writable
                 if self.reading_paused and len(self.queue) < MAX_QUEUED // 2:
-                    self.reading_paused = False
-                    if self.current is not None:  # its clock stood still while the server did not read
-                        self.current.began = self.loop.time()
-                    transport.resume_reading()
+                    self.resume_reading(transport)
             self.send_continue()
         finally:
             self.busy = False
@@ -379,6 +457,9 @@ class HttpConnection(asyncio.Protocol):
             if now - self.lingering_since > LINGER_SECONDS:
                 transport.close()
             return
+        if self.write_blocked_since is not None and now - self.write_blocked_since > self.worker.write_timeout:
+            transport.abort()  # the client has not read its answers for too long
+            return
         request = self.current
         if request is not None:
             # not while reading is paused: the rest of it may be waiting on the server, not on the client
@@ -398,6 +479,8 @@ class Worker:
         self.args = args
         self.keep_alive: float = args.keep_alive
         self.request_timeout: float = args.request_timeout
+        self.write_timeout: float = args.write_timeout
+        self.max_connections: int = args.max_connections
         self.static = static
         self.application_factory = application_factory
         self.app: Application
@@ -462,6 +545,9 @@ class Worker:
             except httptools.HttpParserInvalidURLError:  # one llhttp let through (http://host:99999/)
                 return error_response(400, "invalid_request", "Malformed request target.")
             path, query = wsgi_path(url.path or b"/"), url.query or b""
+            if url.host:  # an absolute-form target: its authority is the request's Host (RFC 9112 3.2.2)
+                authority = url.host + (b":%d" % url.port if url.port else b"")
+                incoming.headers = [(n, v) for n, v in incoming.headers if n != b"host"] + [(b"host", authority)]
         method = incoming.method
         if self.static is not None and method in ("GET", "HEAD") and path.startswith(self.static[0]):
             return self.static_or_app(incoming, connection, path, query)
@@ -675,13 +761,17 @@ def parse_args(argv: list[str] | None, prog: str) -> argparse.Namespace:
                         help=f"seconds an idle connection stays open (default {KEEP_ALIVE_SECONDS:g})")
     parser.add_argument("--request-timeout", type=float, default=REQUEST_SECONDS,
                         help=f"seconds from a request's first byte to its last (default {REQUEST_SECONDS:g})")
+    parser.add_argument("--write-timeout", type=float, default=WRITE_SECONDS,
+                        help=f"seconds a client may leave its answers unread (default {WRITE_SECONDS:g})")
+    parser.add_argument("--max-connections", type=int, default=MAX_CONNECTIONS,
+                        help=f"connections per worker; one more is answered 503 (default {MAX_CONNECTIONS})")
     parser.add_argument("--static-path-route", default="/static", help="URL prefix of the static files")
     parser.add_argument("--static-path-mount", default="", help="folder served under the static route")
     args = parser.parse_args(argv)
     if args.workers < 1 or args.threads < 1:
         parser.error("--workers and --threads must be at least 1")
-    if args.keep_alive <= 0 or args.request_timeout <= 0:
-        parser.error("--keep-alive and --request-timeout must be positive")
+    if args.keep_alive <= 0 or args.request_timeout <= 0 or args.write_timeout <= 0 or args.max_connections < 1:
+        parser.error("--keep-alive, --request-timeout, --write-timeout and --max-connections must be positive")
     return args
 
 

@@ -73,6 +73,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "core.http.ForwardedHeadersMiddleware",
     "core.logs.RequestIdMiddleware",
     "core.api.DatabaseUnavailableMiddleware",
     "django.middleware.security.SecurityMiddleware",
@@ -171,6 +172,11 @@ COUPONS_DEMO_TOKENS = env_bool("COUPONS_DEMO_TOKENS", False) if env("COUPONS_DEM
 COUPONS_RATE_LIMIT_SHOPPER_PER_SECOND = env_int("COUPONS_RATE_LIMIT_SHOPPER_PER_SECOND", 10)
 COUPONS_RATE_LIMIT_IP_PER_SECOND = env_int("COUPONS_RATE_LIMIT_IP_PER_SECOND", 0)
 COUPONS_TRUSTED_PROXY_HOPS = env_int("COUPONS_TRUSTED_PROXY_HOPS", 0)
+# The proxies in front (addresses or networks, comma-separated): X-Forwarded-For / -Proto / -Host and Forwarded
+# count only on a connection from one of them (and only with COUPONS_TRUSTED_PROXY_HOPS > 0); from anyone else
+# they are dropped before Django or the claim reads them (core.http.ForwardedHeadersMiddleware).
+COUPONS_TRUSTED_PROXIES = [n.strip() for n in env("COUPONS_TRUSTED_PROXIES", "127.0.0.1/32,::1/128").split(",")
+                           if n.strip()]
 # Unknown coupon codes one shopper may try per minute on redeem/reserve/confirm/release before a 429.
 COUPONS_CODE_MISSES_PER_MINUTE = env_int("COUPONS_CODE_MISSES_PER_MINUTE", 20)
 

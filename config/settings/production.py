@@ -18,6 +18,9 @@ for _name, _value, _default in (
         raise ImproperlyConfigured(f"{_name} must be set to a secret of at least 32 characters in production.")
 if not env("REDIS_URL"):
     raise ImproperlyConfigured("REDIS_URL must be set in production.")
+if any(host == "*" or host.startswith("*") for host in ALLOWED_HOSTS):  # noqa: F405
+    # Django builds absolute links (admin, password reset, redirects) from the request's Host.
+    raise ImproperlyConfigured("DJANGO_ALLOWED_HOSTS must name the service's hosts in production, not a wildcard.")
 
 # PostgreSQL: persistent connections with a health check before reuse (base: DJANGO_CONN_MAX_AGE, 60 s), a
 # connect timeout (DATABASE_CONNECT_TIMEOUT, 3 s), and server-side limits so that a stuck statement or a

@@ -64,7 +64,8 @@ def test_one_address_above_its_rate_is_limited_and_another_is_not(client, live_c
     assert same == [200, 200, 429, 429, 429] and other == 200
 
 
-@override_settings(COUPONS_RATE_LIMIT_IP_PER_SECOND=2, COUPONS_TRUSTED_PROXY_HOPS=1)
+@override_settings(COUPONS_RATE_LIMIT_IP_PER_SECOND=2, COUPONS_TRUSTED_PROXY_HOPS=1,
+                   COUPONS_TRUSTED_PROXIES=["10.0.0.1/32"])
 def test_behind_a_trusted_proxy_the_forwarded_address_is_the_one_limited(client, live_campaign) -> None:
     campaign = live_campaign(total_stock=100, per_user_limit=1)
 
@@ -72,6 +73,18 @@ def test_behind_a_trusted_proxy_the_forwarded_address_is_the_one_limited(client,
                        HTTP_X_FORWARDED_FOR=f"198.51.100.{i}").status_code for i in range(5)]
 
     assert via_proxy == [200] * 5  # five shoppers behind one proxy, five addresses
+
+
+@override_settings(COUPONS_RATE_LIMIT_IP_PER_SECOND=2, COUPONS_TRUSTED_PROXY_HOPS=1,
+                   COUPONS_TRUSTED_PROXIES=["10.0.0.1/32"])
+def test_a_forwarded_address_from_a_peer_that_is_not_a_trusted_proxy_is_ignored(client, live_campaign) -> None:
+    campaign = live_campaign(total_stock=100, per_user_limit=1)
+
+    forged = in_one_second(lambda run: [claim(client, campaign, f"f{run}-{i}", REMOTE_ADDR="10.0.0.9",
+                                              HTTP_X_FORWARDED_FOR=f"198.51.100.{i}").status_code
+                                        for i in range(5)])
+
+    assert forged == [200, 200, 429, 429, 429]  # one address: the peer's
 
 
 @override_settings(COUPONS_CODE_MISSES_PER_MINUTE=3)

@@ -214,7 +214,7 @@ class HttpConnection(asyncio.Protocol):
             request = self.current
             if request is not None and request.head_done:
                 size += request.body_left  # body bytes of a known length complete no request
-            size = min(size, _FEED_PIECE)
+            size = max(_MIN_REQUEST, min(size, _FEED_PIECE))
             self.feed(view[start:start + size] if start or size < end else data)
             start += size
         self.unparsed = b""
@@ -354,7 +354,8 @@ class HttpConnection(asyncio.Protocol):
         if request is None or request.skip_body:
             return
         request.in_chunk_head = False
-        request.body_left -= len(body)
+        if request.body_left:  # a body of known length (a chunked one's length is not known: 0 throughout)
+            request.body_left = max(0, request.body_left - len(body))
         if len(request.body) <= self.worker.body_limit:  # a chunked body: keep one byte over the limit
             request.body += body[: self.worker.body_limit + 1 - len(request.body)]
 

@@ -1,6 +1,6 @@
 """Production: everything from the environment; refuses to start with a default secret.
 
-`manage.py check --deploy` is clean with the defaults (tests/test_settings.py).
+`manage.py check --deploy` is clean with the defaults (tests/config/test_settings.py).
 """
 from typing import Any
 

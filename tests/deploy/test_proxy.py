@@ -33,11 +33,7 @@ import yaml
 from core.auth import mint_token
 
 from ..conftest import ROOT, free_port, in_one_second, process_env, stop_group, wait_for
-
-try:  # the server's tests may move beside tests/webserver/test_edge.py
-    from ..webserver.test_server import Server  # type: ignore[import-not-found]
-except ImportError:
-    from ..test_server import Server
+from ..webserver.test_server import Server
 
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 TEMPLATE = ROOT / "deploy" / "nginx" / "templates" / "nginx.conf.template"

@@ -19,8 +19,8 @@ from orders.metrics import CLAIM_TALLY
 from orders.sold_out import sold_out_until
 from webserver.interface import Request, Response
 
-from ..claim_cases import CASES, call
 from ..conftest import run_coroutine
+from .claim_cases import CASES, call
 
 pytestmark = pytest.mark.django_db
 

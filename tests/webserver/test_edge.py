@@ -23,7 +23,7 @@ import pytest
 from campaigns.redis_state import campaign_keys, redis_client
 
 from ..conftest import ROOT, free_port, process_env, stop_group, wait_for
-from ..test_server import HEADER_LIMIT, Client, Server, assert_error, request, shopper
+from .test_server import HEADER_LIMIT, Client, Server, assert_error, request, shopper
 
 
 class EchoServer:
@@ -307,3 +307,13 @@ def test_a_claim_body_that_is_not_rfc_8259_json_is_a_400_and_claims_nothing(run_
         reply = client.reply()
     assert (reply.status, reply.json()["status"]) == (400, "invalid_request")
     assert int(redis_client().get(campaign_keys(campaign.pk).stock)) == 5
+
+
+@pytest.mark.parametrize("chunk", [40_000, 1_000, 7])
+def test_a_chunked_body_larger_than_what_is_parsed_at_a_time_arrives_whole(echo, chunk) -> None:
+    body = bytes(48 + i % 10 for i in range(40_000))
+    framed = b"".join(b"%x\r\n%s\r\n" % (len(body[i:i + chunk]), body[i:i + chunk]) for i in range(0, len(body), chunk))
+    with Client(echo.port) as client:
+        client.send(request("POST", "/t", CHUNKED) + framed + b"0\r\n\r\n" + request("GET", "/after"))
+        assert echoed(client)["body"] == body.decode()
+        assert echoed(client)["path"] == "/after"  # and the connection goes on

@@ -21,8 +21,8 @@ from coupons.models import Coupon
 from orders import ledger
 from orders.drain import drain_campaign
 
-from .conftest import ROOT
-from .coupons.helpers import issued_coupon
+from ..conftest import ROOT
+from ..coupons.helpers import issued_coupon
 
 
 @pytest.fixture
@@ -121,7 +121,7 @@ def test_a_claim_is_traced_with_its_campaign_outcome_and_claim_id_through_both_d
 
     from orders.apis import claim_answer, claim_answer_now
 
-    from .conftest import run_coroutine, shopper_headers
+    from ..conftest import run_coroutine, shopper_headers
 
     campaign = live_campaign(total_stock=1, per_user_limit=1)
     status, body, _ = claim_answer(shopper_headers("ann"), str(campaign.pk), lambda: b"")

@@ -16,7 +16,7 @@ from orders.drain import drain_campaign
 from orders.models import Reconciliation
 from orders.verify import campaign_verify
 
-from .factories import CampaignFactory
+from ..factories import CampaignFactory
 
 pytestmark = pytest.mark.django_db
 CHANGELIST = "/admin/campaigns/campaign/"

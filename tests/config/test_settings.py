@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from .conftest import ROOT
+from ..conftest import ROOT
 
 GOOD = {"DJANGO_SECRET_KEY": "q8Zr-5vT_w2Lm9Yx0Pb7Kc4Nf6Hd1Js3Ga8Ue5Oi2Wy7Re4Tu9Ip", "COUPONS_TOKEN_SECRET": "t" * 40,
         "DATABASE_URL": "postgres://u:p@db.internal:5432/couponrush", "REDIS_URL": "redis://redis.internal:6379/0",

@@ -28,8 +28,8 @@ from orders import drain
 from orders.drain import drain_campaign
 from orders.metrics import CLAIM_TALLY, ClaimTally
 
-from .conftest import ROOT, free_port, in_one_second, process_env, shopper_headers, unacknowledged
-from .coupons.helpers import issued_coupon
+from ..conftest import ROOT, free_port, in_one_second, process_env, shopper_headers, unacknowledged
+from ..coupons.helpers import issued_coupon
 
 pytestmark = pytest.mark.django_db
 

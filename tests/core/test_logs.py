@@ -8,7 +8,7 @@ import pytest
 
 from core.logs import JsonFormatter, RequestIdFilter, request_id_var
 
-from .conftest import run_coroutine, shopper_headers
+from ..conftest import run_coroutine, shopper_headers
 
 pytestmark = pytest.mark.django_db
 
@@ -38,7 +38,7 @@ def test_every_answer_carries_a_request_id_and_a_sane_incoming_one_is_kept(clien
 
 def test_the_claim_view_answers_with_a_request_id_and_logs_no_token(live_campaign, caplog) -> None:
     from config.wsgi import application
-    from tests.claim_cases import call
+    from tests.orders.claim_cases import call
 
     campaign = live_campaign()
     headers = shopper_headers("ann", HTTP_X_REQUEST_ID="lb-0000000042")

@@ -32,7 +32,7 @@ from core.http import MAX_BODY_BYTES
 from devstack import resolve, web_command
 from webserver.server import HEADER_LIMIT, MAX_HEADERS, RESTARTS, STOP_GRACE_SECONDS
 
-from .conftest import ROOT, free_port, process_env, stop_group, wait_for
+from ..conftest import ROOT, free_port, process_env, stop_group, wait_for
 
 # The servers run against the test database: every test has it set up (in a transaction of its own, which
 # the servers never see); a test whose data a server must see commits it (transaction=True).

@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-BASE_DIR = Path(__file__).resolve().parent.parent
+BASE_DIR = Path(__file__).resolve().parent.parent.parent
 READY_TIMEOUT = 120
 ISSUE_TIMEOUT = 60
 STOP_TIMEOUT = 30

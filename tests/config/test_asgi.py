@@ -19,8 +19,8 @@ from config.wsgi import django_application
 from core.auth import mint_token
 from devstack import resolve, web_command
 
-from .claim_cases import CASES, call
-from .conftest import free_port, run_coroutine, serving
+from ..conftest import free_port, run_coroutine, serving
+from ..orders.claim_cases import CASES, call
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

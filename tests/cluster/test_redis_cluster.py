@@ -40,8 +40,8 @@ from orders.models import Claim, ClaimStatus
 from orders.reconciliation import campaign_reconcile
 from orders.verify import campaign_verify
 
-from ..orders.test_reconciliation import lose_from_postgres
 from ..config.test_settings import GOOD, run_with_production_settings
+from ..orders.test_reconciliation import lose_from_postgres
 from .conftest import Cluster
 
 STOCK, LIMIT, SHOPPERS = 30, 2, 40

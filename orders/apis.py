@@ -196,16 +196,29 @@ _CLAIM_EXAMPLES = {
     "ended": {"code": 4, "status": "ended", "claim_id": None, "campaign_id": 42},
     "paused": {"code": 5, "status": "paused", "claim_id": None, "campaign_id": 42},
 }
-_CLAIM_RESULT = {
-    "type": "object",
-    "required": ["code", "status", "claim_id", "campaign_id"],
-    "properties": {
-        "code": {"type": "integer", "enum": [body["code"] for body in _CLAIM_EXAMPLES.values()]},
-        "status": {"type": "string", "enum": list(_CLAIM_EXAMPLES)},
-        "claim_id": pattern_schema(ledger.CLAIM_ID_RE, nullable=True),
-        "campaign_id": {"type": "integer"},
-    },
-}
+_REFUSED = {name: body for name, body in _CLAIM_EXAMPLES.items() if body["claim_id"] is None}
+
+
+def _claim_result(codes: list[int], statuses: list[str], claim_id: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "required": ["code", "status", "claim_id", "campaign_id"],
+        "properties": {
+            "code": {"type": "integer", "enum": codes},
+            "status": {"type": "string", "enum": statuses},
+            "claim_id": claim_id,
+            "campaign_id": {"type": "integer"},
+        },
+    }
+
+
+# A claim id exactly when the claim was claimed (a tool that follows claim_id to GET /claims/{claim_id} never
+# gets a null from a refusal: the schema says which answers carry one).
+_CLAIM_RESULT = {"oneOf": [
+    _claim_result([0], ["claimed"], pattern_schema(ledger.CLAIM_ID_RE)),
+    _claim_result([body["code"] for body in _REFUSED.values()], list(_REFUSED),
+                  {"type": "string", "nullable": True, "enum": [None]}),
+]}
 
 
 class CampaignClaimApi(APIView):

@@ -188,7 +188,7 @@ def campaign_claim(request: HttpRequest, campaign_id: str) -> HttpResponse:
     return json_response(body, status, headers)
 
 
-_CLAIM_EXAMPLES = {
+_CLAIM_EXAMPLES: dict[str, dict[str, Any]] = {
     "claimed": {"code": 0, "status": "claimed", "claim_id": "42-1764470000000-0", "campaign_id": 42},
     "limit_reached": {"code": 1, "status": "limit_reached", "claim_id": None, "campaign_id": 42},
     "sold_out": {"code": 2, "status": "sold_out", "claim_id": None, "campaign_id": 42},

@@ -14,7 +14,6 @@ import time
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
-from django.urls import URLPattern, path
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 from django.views.generic import TemplateView
@@ -66,11 +65,3 @@ def demo_shopper(request: HttpRequest) -> HttpResponse:
         200,
         {"Cache-Control": "no-store"},
     )
-
-
-def storefront_urls() -> list[URLPattern]:
-    """The storefront page, plus the demo-shopper endpoint when demo tokens are allowed."""
-    urls = [path("", StorefrontView.as_view(), name="home")]
-    if demo_tokens_allowed():
-        urls.append(path("dev/demo-shopper", demo_shopper, name="demo-shopper"))
-    return urls

@@ -12,7 +12,7 @@ Files under the static mount are the server's own. Answers are whole (Content-Le
 application gives at once in the parser's callback, without the task, was measured and not kept: the same
 sold-out claims/s within noise, 1.02x over 4 interleaved rounds, docs/benchmarks.md.)
 
-Limits: a request line of at most 64 KiB (414) and headers of at most 64 KiB and 256 fields (431), a body of
+Limits: a request line of at most 64 KiB (414) and headers of at most 64 KiB and 100 fields (431), a body of
 at most the application's body_limit (413, by Content-Length before anything is read), a whole request within
 30 s of its first byte (408; not counting while reading is paused), an idle connection closed after 60 s, at
 most 32 pipelined requests waiting before reading pauses. A malformed request (CONNECT too) is a 400 in the
@@ -52,7 +52,7 @@ from .interface import Application, Request, Response, error_response, wsgi_path
 log = logging.getLogger("couponrush.server")
 
 HEADER_LIMIT = 64 * 1024  # the request line and the headers
-MAX_HEADERS = 256
+MAX_HEADERS = 100  # as hyper (granian), the strictest of the servers compared (docs/deployment.md)
 REQUEST_SECONDS = 30.0  # from a request's first byte to its last
 KEEP_ALIVE_SECONDS = 60.0  # an idle connection is closed after this
 _FEED_PIECE = 16 * 1024  # a read is handed to the parser in pieces of at most this size

@@ -443,7 +443,7 @@ def test_a_body_over_64_kib_is_the_proxys_413_in_the_contracts_form(echo_proxy) 
 
 def test_heads_the_server_would_refuse_are_refused_in_the_contracts_form(echo_proxy) -> None:
     # One field or a request line over the proxy's 15 KiB buffers, or a head over their 61 KiB: the proxy's;
-    # 300 small fields fit its buffers: the server's 431 (at most 256 fields), passed on.
+    # 300 small fields fit its buffers: the server's 431 (at most 100 fields), passed on.
     assert_refusal(call(echo_proxy, "GET", "/x", {"X-Big": "a" * 16_000}), 431, "invalid_request")
     assert_refusal(call(echo_proxy, "GET", "/x", {f"X-F{i}": "a" * 1000 for i in range(62)}), 431, "invalid_request")
     assert_refusal(call(echo_proxy, "GET", "/" + "a" * 16_000), 414, "invalid_request")

@@ -28,7 +28,7 @@ class Code(enum.IntEnum):
     REVOKED = 14
     NOT_ELIGIBLE = 15
     ON_HOLD = 16
-    HOLD_LAPSED = 17
+    HOLD_LAPSED = 17  # 17 and 18, couponrush's: confirm of an order whose hold is no longer there (docs/api.md)
     NOT_HELD = 18
     # 19 not_combinable, 20 not_applicable, 21 min_quantity_not_met: the contract's, for carts (issue 20),
     # not answered yet.

@@ -1,25 +1,14 @@
 """Business outcomes of using a coupon (HTTP 200 with a code and status slug, CONTRACT.md)."""
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+from core.errors import Code
 
-class UseCode(enum.IntEnum):
-    DONE = 0
-    EXPIRED = 10
-    ALREADY_REDEEMED = 11
-    MIN_SPEND_NOT_MET = 12
-    NOT_YET_VALID = 13
-    REVOKED = 14
-    NOT_ELIGIBLE = 15
-    ON_HOLD = 16
-    # Added by couponrush (docs/api.md, OpenAPI): confirm of an order whose hold is no longer there.
-    HOLD_LAPSED = 17
-    NOT_HELD = 18
+UseCode = Code  # a coupon use answers with the business codes of the one registry (core/errors.py)
 
 
 REFUSALS = {

@@ -403,14 +403,47 @@ class Suite:
         for key, share, seed_base in (("fixed_rate", a.fixed_share, 10), ("fixed_rate_low", a.fixed_low_share, 20)):
             if share > 0:
                 self.report["scenarios"][key] = self._fixed(sell, share, seed_base)
+        # The same absolute rate for both sides: what shoppers feel while a big campaign sells (issue 24)
+        for i, rate in enumerate(a.fixed_rates):
+            self.report["scenarios"][f"fixed_at_{rate}"] = self._fixed_at(sell, rate, 30 + 10 * i)
+
+    def _fixed_at(self, sell: dict[str, Any], rate: int, seed_base: int) -> dict[str, Any]:
+        """`--fixed-rounds` interleaved rounds with both sides at `rate` claims/s."""
+        runs = self._fixed_rounds(rate, rate, f"fixed {rate:,}/s", seed_base)
+        cr, seed = (median_run([run[side] for run in runs]) for side in ("couponrush", "seed_go"))
+        return {
+            "what": f"fixed-rate load at {rate:,} claims/s for both, latency from intended send; {len(runs)} "
+                    "interleaved round(s), each side's figures from its round with the median p99",
+            "share": None, "rate": rate, "rounds": [{side: run_summary(run[side]) for side in run} for run in runs],
+            "couponrush": cr, "seed_go": seed,
+            "ratios": {"p99_couponrush_over_seed_go": ratio(cr["latency_from_intent"].get("p99_ms"),
+                                                            seed["latency_from_intent"].get("p99_ms"))},
+        }
 
     def _fixed(self, sell: dict[str, Any], share: float, seed_base: int) -> dict[str, Any]:
         """`--fixed-rounds` rounds at this share, couponrush then seed-go in each (interleaved, so that a slow
         minute of the host falls on both); each side's figures are its round with the median p99."""
-        a = self.args
         cr_rate = share * sell["couponrush"]["requests_per_s"]
         seed_rate = share * sell["seed_go"]["requests_per_s"]
         label = f"fixed {share:.0%}"
+        runs = self._fixed_rounds(cr_rate, seed_rate, label, seed_base)
+        cr, seed = (median_run([run[side] for run in runs]) for side in ("couponrush", "seed_go"))
+        return {
+            "what": f"fixed-rate load at {share:.0%} of each one's wrk maximum, latency from intended send; "
+                    f"{len(runs)} interleaved round(s), each side's figures from its round with the median p99",
+            "share": share, "rounds": [{side: run_summary(run[side]) for side in run} for run in runs],
+            "couponrush": cr, "seed_go": seed,
+            "wrk_saturating": {"couponrush": {k: sell["couponrush"].get(k) for k in ("requests_per_s", "p50_ms",
+                                                                                     "p99_ms")},
+                               "seed_go": {k: sell["seed_go"].get(k) for k in ("requests_per_s", "p50_ms", "p99_ms")}},
+            "ratios": {"p99_couponrush_over_seed_go": ratio(cr["latency_from_intent"].get("p99_ms"),
+                                                            seed["latency_from_intent"].get("p99_ms"))},
+        }
+
+    def _fixed_rounds(self, cr_rate: float, seed_rate: float, label: str, seed_base: int) -> list[dict[str, Any]]:
+        """`--fixed-rounds` rounds, couponrush then seed-go in each (interleaved, so that a slow minute of the
+        host falls on both): every round's loadgen output of both sides."""
+        a = self.args
         runs: list[dict[str, Any]] = []
         for r in range(a.fixed_rounds):
             tag = f"{label} round {r + 1} of {a.fixed_rounds}" if a.fixed_rounds > 1 else label
@@ -427,22 +460,11 @@ class Suite:
                                    path=f"/api/v1/campaigns/{seed_id}/claim", rate=seed_rate, duration=a.duration,
                                    connections=a.connections, tokens=self.tokens, offset=0, repeat=a.repeat)
             runs.append({"couponrush": cr, "seed_go": seed})
-        cr, seed = (median_run([run[side] for run in runs]) for side in ("couponrush", "seed_go"))
         if len(runs) > 1:
             log(f"{label}: p99 from intent by round, couponrush "
                 f"{', '.join(str(run['couponrush']['latency_from_intent'].get('p99_ms')) for run in runs)} ms, "
                 f"seed-go {', '.join(str(run['seed_go']['latency_from_intent'].get('p99_ms')) for run in runs)} ms")
-        return {
-            "what": f"fixed-rate load at {share:.0%} of each one's wrk maximum, latency from intended send; "
-                    f"{len(runs)} interleaved round(s), each side's figures from its round with the median p99",
-            "share": share, "rounds": [{side: run_summary(run[side]) for side in run} for run in runs],
-            "couponrush": cr, "seed_go": seed,
-            "wrk_saturating": {"couponrush": {k: sell["couponrush"].get(k) for k in ("requests_per_s", "p50_ms",
-                                                                                     "p99_ms")},
-                               "seed_go": {k: sell["seed_go"].get(k) for k in ("requests_per_s", "p50_ms", "p99_ms")}},
-            "ratios": {"p99_couponrush_over_seed_go": ratio(cr["latency_from_intent"].get("p99_ms"),
-                                                            seed["latency_from_intent"].get("p99_ms"))},
-        }
+        return runs
 
     def phase_profile(self) -> None:
         """py-spy of every web server worker under the selling load: where the claim path's time goes."""
@@ -980,6 +1002,11 @@ def redis_memory(args: argparse.Namespace) -> dict[str, Any]:
 # Report: JSON, SVG chart, Markdown table
 
 
+def fixed_at_keys(scenarios: dict[str, Any]) -> list[str]:
+    """The scenarios of equal absolute fixed rates, by rate."""
+    return sorted((k for k in scenarios if k.startswith("fixed_at_")), key=lambda k: int(k.rsplit("_", 1)[1]))
+
+
 def figures_table(rep: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per scenario: what, couponrush figure, baseline, ratio, goal."""
     s = rep["scenarios"]
@@ -1006,11 +1033,24 @@ def figures_table(rep: dict[str, Any]) -> list[dict[str, Any]]:
         if x.get("granian_asgi"):
             add(selling, "claims/s (wrk)", c["requests_per_s"], "same app on granian ASGI",
                 x["granian_asgi"]["requests_per_s"], x["ratios"]["couponrush_over_granian_asgi"], "", None)
-    for key in ("fixed_rate", "fixed_rate_low"):
+    for key in ("fixed_rate", "fixed_rate_low", *fixed_at_keys(s)):
         if not ((x := s.get(key)) and "couponrush" in x):
             continue
         c, g = x["couponrush"], x["seed_go"]
         rounds = len(x.get("rounds") or [None])
+        if x.get("share") is None:  # both at the same absolute rate: the goal is seed-go's p99, and 20 ms
+            what = f"fixed {x['rate']:,}/s both" + (f", median of {rounds}" if rounds > 1 else "")
+            by_round = [(r["couponrush"]["p99_ms_from_intent"], r["seed_go"]["p99_ms_from_intent"])
+                        for r in x.get("rounds") or []]
+            for i, (mine, theirs) in enumerate(by_round):
+                add(what, f"p99 ms from intent, round {i + 1}", mine, "seed-go", theirs, ratio(mine, theirs), "", None)
+            p99, seed_p99 = c["latency_from_intent"].get("p99_ms"), g["latency_from_intent"].get("p99_ms")
+            add(what, "p99 ms from intent (median round)", p99, "seed-go", seed_p99, ratio(p99, seed_p99),
+                "<= seed-go, <= 20 ms", p99 is not None and seed_p99 is not None and p99 <= seed_p99 and p99 <= 20)
+            add(what, "p999 ms from intent", c["latency_from_intent"].get("p999_ms"), "seed-go",
+                g["latency_from_intent"].get("p999_ms"),
+                ratio(c["latency_from_intent"].get("p999_ms"), g["latency_from_intent"].get("p999_ms")), "", None)
+            continue
         what = f"fixed {x['share']:.0%}: {c['target_rate']:,.0f}/s vs {g['target_rate']:,.0f}/s" + (
             f", median of {rounds}" if rounds > 1 else "")
         add(what, "achieved req/s",
@@ -1105,6 +1145,11 @@ def chart_svg(rep: dict[str, Any]) -> str:
                         {k: x["couponrush"]["latency_from_intent"].get(k) for k in ("p50_ms", "p99_ms", "p999_ms")}))
             lat.append((f"seed-go, fixed {x['seed_go']['target_rate']:,.0f}/s ({x['share']:.0%})",
                         {k: x["seed_go"]["latency_from_intent"].get(k) for k in ("p50_ms", "p99_ms", "p999_ms")}))
+    for key in fixed_at_keys(s):  # every round, both sides at the same rate
+        for i, r in enumerate((s[key].get("rounds") or []) if "couponrush" in s[key] else []):
+            for side, name in (("couponrush", "couponrush"), ("seed_go", "seed-go")):
+                lat.append((f"{name}, {s[key]['rate']:,}/s both, round {i + 1}",
+                            {k: r[side].get(f"{k}_from_intent") for k in ("p50_ms", "p99_ms", "p999_ms")}))
     if (x := s.get("soldout")) and "couponrush" in x:
         lat.append(("sold-out, wrk", {k: x["couponrush"].get(k) for k in ("p50_ms", "p90_ms", "p99_ms")}))
         lat.append(("bare endpoint, wrk", {k: x["bare"].get(k) for k in ("p50_ms", "p90_ms", "p99_ms")}))
@@ -1222,6 +1267,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--shoppers", type=int, default=2_000_000, help="shoppers in the token file (2000000)")
     p.add_argument("--fixed-share", type=float, default=0.8, help="fixed rate as a share of the wrk maximum (0.8)")
     p.add_argument("--fixed-low-share", type=float, default=0.5, help="a second, lower fixed rate (0.5; 0: none)")
+    p.add_argument("--fixed-rates", default="4000,8000,12000",
+                   help="equal absolute fixed rates for both sides, comma-separated (4000,8000,12000; '': none)")
     p.add_argument("--fixed-rounds", type=int, default=None,
                    help="interleaved rounds of each fixed-rate load; the median round is reported (3; --quick: 1)")
     p.add_argument("--bare-path", default="/healthz", help="the bare JSON endpoint of the same server (/healthz)")
@@ -1247,6 +1294,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.fixed_rounds = 1 if args.quick else 3
     if args.fixed_rounds < 1:
         p.error("--fixed-rounds must be at least 1")
+    try:
+        args.fixed_rates = [int(r) for r in args.fixed_rates.split(",") if r.strip()]
+    except ValueError:
+        p.error("--fixed-rates takes whole claims/s, comma-separated")
     args.skip = {s.strip() for s in args.skip.split(",") if s.strip()}
     unknown = args.skip - set(PHASES)
     if unknown:

@@ -409,7 +409,7 @@ class Suite:
 
     def _fixed_at(self, sell: dict[str, Any], rate: int, seed_base: int) -> dict[str, Any]:
         """`--fixed-rounds` interleaved rounds with both sides at `rate` claims/s."""
-        runs = self._fixed_rounds(rate, rate, f"fixed {rate:,}/s", seed_base)
+        runs = self._fixed_rounds(rate, rate, f"fixed {rate} per s", seed_base)  # a label, and a file name
         cr, seed = (median_run([run[side] for run in runs]) for side in ("couponrush", "seed_go"))
         return {
             "what": f"fixed-rate load at {rate:,} claims/s for both, latency from intended send; {len(runs)} "
@@ -777,7 +777,7 @@ def summarize_profile(raw: str, top: int = 25) -> dict[str, Any]:
 
 def _area(path: str) -> str:
     """Group a frame's file into a readable area of the claim path."""
-    for needle, name in (("config/server.py", "web server: config/server.py"), ("httptools", "httptools"),
+    for needle, name in (("webserver/server.py", "web server: webserver/server.py"), ("httptools", "httptools"),
                          ("uvloop", "uvloop"), ("/redis/", "redis-py"),
                          ("hiredis", "redis-py"), ("/django/", "django"),
                          ("/rest_framework/", "djangorestframework"), ("/granian/", "granian"),

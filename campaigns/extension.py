@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from core.errors import ApplicationError, Unavailable
+from core.errors import ApplicationError, Conflict, Unavailable
 
 from . import redis_state
 from .models import Campaign, CampaignEvent, CampaignEventType
@@ -29,12 +29,8 @@ class InvalidExtension(ApplicationError):
     status = "invalid_request"
 
 
-class ExtensionConflict(ApplicationError):
+class ExtensionConflict(Conflict):
     """Redis holds another end than PostgreSQL for the campaign; nothing was changed."""
-
-    http_status = 409
-    code = 409
-    status = "conflict"
 
 
 class ExtendCode(enum.IntEnum):

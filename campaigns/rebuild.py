@@ -23,7 +23,7 @@ from core.locks import AdvisoryLock
 
 from . import redis_state
 from .models import Campaign, CampaignEvent, CampaignEventType
-from .services import keys_expire_at
+from .services import campaign_state_load
 
 log = logging.getLogger(__name__)
 
@@ -66,18 +66,7 @@ def campaign_state_rebuild(*, campaign: Campaign, claims: ClaimRecords) -> int:
     redis_state.replace_claim_records(campaign.pk, claims.per_user, claims.cancelled)
     answers = _restore_answers(campaign, claims.keyed)  # before the stock exists: no claim is decided until then
     remaining = campaign.total_stock - sum(claims.per_user.values())
-    _, stock = redis_state.load_state(
-        campaign_id=campaign.pk,
-        starts_at=campaign.starts_at,
-        ends_at=campaign.ends_at,
-        paused=campaign.paused,
-        per_user_limit=campaign.per_user_limit,
-        total_stock=campaign.total_stock,
-        expire_at=keys_expire_at(campaign),
-        initial_stock=max(remaining, 0),
-        last_ledger_id=claims.last_ledger_id,
-        rate_limit=campaign.admits_per_second,
-    )
+    _, stock = campaign_state_load(campaign, initial_stock=max(remaining, 0), last_ledger_id=claims.last_ledger_id)
     Campaign.objects.filter(pk=campaign.pk, preheated_at__isnull=True).update(preheated_at=timezone.now())
     figures = {"remaining": stock, "claims": sum(claims.per_user.values()), "given_back": len(claims.cancelled),
                "answers_restored": answers}

@@ -100,22 +100,30 @@ def campaign_preheat(*, campaign: Campaign) -> PreheatResult:
         return _preheat(campaign)
 
 
+def campaign_state_load(campaign: Campaign, *, initial_stock: int | None, last_ledger_id: str = "0-0"
+                        ) -> tuple[bool, int | None]:
+    """Write the campaign's settings into Redis (load.lua), and its stock when `initial_stock` is given:
+    (whether the stock was created, the stock Redis holds). Raise StoreUnavailable."""
+    return redis_state.load_state(
+        campaign_id=campaign.pk,
+        starts_at=campaign.starts_at,
+        ends_at=campaign.ends_at,
+        paused=campaign.paused,
+        per_user_limit=campaign.per_user_limit,
+        total_stock=campaign.total_stock,
+        expire_at=keys_expire_at(campaign),
+        initial_stock=initial_stock,
+        last_ledger_id=last_ledger_id,
+        rate_limit=campaign.admits_per_second,
+    )
+
+
 def _preheat(campaign: Campaign) -> PreheatResult:
     first_load = campaign.preheated_at is None
     if keys_expire_at(campaign) <= timezone.now():
         raise CampaignOver()
     try:
-        created, remaining = redis_state.load_state(
-            campaign_id=campaign.pk,
-            starts_at=campaign.starts_at,
-            ends_at=campaign.ends_at,
-            paused=campaign.paused,
-            per_user_limit=campaign.per_user_limit,
-            total_stock=campaign.total_stock,
-            expire_at=keys_expire_at(campaign),
-            initial_stock=campaign.total_stock if first_load else None,
-            rate_limit=campaign.admits_per_second,
-        )
+        created, remaining = campaign_state_load(campaign, initial_stock=campaign.total_stock if first_load else None)
     except redis_state.StoreUnavailable as exc:
         raise Unavailable() from exc
     if remaining is None:

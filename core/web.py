@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import io
 import sys
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -28,19 +28,21 @@ Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 
-def headers_environ(headers: Iterable[tuple[bytes, bytes]], client: str) -> dict[str, Any]:
+def headers_environ(headers: Iterable[tuple[bytes, bytes]], client: str,
+                    only: Mapping[bytes, str] | None = None) -> dict[str, Any]:
     """Raw header pairs as a WSGI environ holds them (HTTP_X_USER_ID, CONTENT_TYPE, ...), and the peer's
-    address as REMOTE_ADDR.
+    address as REMOTE_ADDR; with `only` (raw name -> environ key), just those headers (a caller that reads a
+    few of a request's dozen: the claim).
 
-    Values are the raw bytes as latin-1 characters, as in WSGI. A header whose name has an underscore is
-    dropped (as nginx does): X_User_Id must not pass for X-User-Id.
+    Values are the raw bytes as latin-1 characters, as in WSGI; a header twice, its values joined by commas. A
+    header whose name has an underscore is dropped (as nginx does): X_User_Id must not pass for X-User-Id.
     """
     meta: dict[str, Any] = {}
-    keys = _environ_keys
+    keys: Mapping[bytes, str | None] = _environ_keys if only is None else only
     for raw_name, raw_value in headers:
-        key = keys.get(raw_name, "")  # "": not seen yet
+        key = keys.get(raw_name, "")  # "": not seen yet (or not wanted)
         if key == "":
-            key = _environ_key(raw_name)
+            key = _environ_key(raw_name) if only is None else None
         if key is None:
             continue
         value = raw_value.decode("latin-1")

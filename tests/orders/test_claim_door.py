@@ -184,3 +184,39 @@ def test_once_the_flag_lapses_the_script_decides_again(door, sold_out) -> None:
 def test_other_paths_are_handed_on(door, sold_out, path) -> None:
     first, answer = claim(door, sold_out.pk, plain(), path=path.format(id=sold_out.pk))
     assert not isinstance(first, tuple) and answer[0] == 404
+
+
+class Recording(dict):
+    """An environ that remembers every key read from it."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.read: set[str] = set()
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        self.read.add(key)
+        return super().get(key, default)
+
+    def __getitem__(self, key: Any) -> Any:
+        self.read.add(key)
+        return super().__getitem__(key)
+
+    def __contains__(self, key: Any) -> bool:
+        self.read.add(key)
+        return super().__contains__(key)
+
+
+@pytest.mark.parametrize("body", [b"", b"{}"])
+def test_the_claims_checks_read_no_header_the_door_leaves_out(settings, body) -> None:
+    from orders.apis import claim_request_of
+    from orders.door import CLAIM_ENVIRON_KEYS
+
+    settings.COUPONS_RATE_LIMIT_IP_PER_SECOND, settings.COUPONS_TRUSTED_PROXY_HOPS = 5, 1  # every check on
+    meta = Recording({"HTTP_X_USER_ID": "ann", "HTTP_X_TOKEN": mint_token("ann", ttl=600),
+                      "CONTENT_LENGTH": str(len(body)), "CONTENT_TYPE": "application/json",
+                      "HTTP_X_FORWARDED_FOR": "198.51.100.7", "REMOTE_ADDR": "127.0.0.1"})
+
+    claim_request_of(meta, "7", lambda: body)
+
+    assert meta.read - {*CLAIM_ENVIRON_KEYS.values(), "REMOTE_ADDR"} == set()
+    assert {"HTTP_X_USER_ID", "HTTP_X_TOKEN", "HTTP_IDEMPOTENCY_KEY", "CONTENT_LENGTH"} <= meta.read

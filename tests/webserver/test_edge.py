@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -22,32 +21,15 @@ import pytest
 
 from campaigns.redis_state import campaign_keys, redis_client
 
-from ..conftest import ROOT, free_port, process_env, stop_group, wait_for
+from ..conftest import wait_for
 from .test_server import HEADER_LIMIT, Client, Server, assert_error, request, shopper
 
 
-class EchoServer:
-    """The web server serving tests/webserver/echo_app.py, with these options."""
+class EchoServer(Server):
+    """The web server serving tests/webserver/echo_app.py (one worker), with these options."""
 
     def __init__(self, log: Path, *options: str) -> None:
-        self.port = free_port()
-        argv = [sys.executable, "-m", "tests.webserver.echo_app", "--port", str(self.port), "--workers", "1",
-                *options]
-        with log.open("wb") as stderr:
-            self.proc = subprocess.Popen(argv, cwd=ROOT, env=process_env(), stdout=subprocess.DEVNULL,
-                                         stderr=stderr, start_new_session=True)
-        self.log = log
-        wait_for(self.ready, 20, 0.02, "the echo server answers")
-
-    def ready(self) -> bool:
-        if self.proc.poll() is not None:
-            pytest.fail(f"the echo server exited: {self.log.read_text()[-2000:]}")
-        try:
-            with Client(self.port, timeout=2) as client:
-                client.send(request("GET", "/"))
-                return client.reply().status == 200
-        except OSError:
-            return False
+        super().__init__(log, *options, command=[sys.executable, "-m", "tests.webserver.echo_app", "--workers", "1"])
 
     def worker_rss_kib(self) -> int:
         worker = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text().split()[0]
@@ -55,9 +37,6 @@ class EchoServer:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
         raise AssertionError("no VmRSS")
-
-    def stop(self) -> None:
-        stop_group(self.proc)
 
 
 @pytest.fixture(scope="module")

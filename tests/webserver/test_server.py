@@ -54,9 +54,11 @@ class Server:
     """config.server started with the run command's options (and these), in a process group of its own."""
 
     def __init__(self, log: Path, *options: str, mount: Path | None = None, workers: int | None = None,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, command: list[str] | None = None) -> None:
+        """`command`: another application's server command line (the port is added), instead of the run
+        command's."""
         self.port = free_port()
-        command = web_command(self.port)
+        command = web_command(self.port) if command is None else [*command, "--port", str(self.port)]
         if mount is not None:
             command[command.index("--static-path-mount") + 1] = str(mount)
         if workers is not None:

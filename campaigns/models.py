@@ -23,6 +23,15 @@ class Audience(models.TextChoices):
     NEW = "new", "New shoppers only"
 
 
+class CampaignKind(models.TextChoices):
+    GRAB = "grab", "Grab (shoppers claim coupons)"
+    CODES = "codes", "Codes typed at checkout"
+
+
+# A shared code as an operator types it (stored upper case): 4-32 of [A-Z0-9-] (CONTRACT.md, codes).
+SHARED_CODE_PATTERN = r"[A-Z0-9-]{4,32}"
+
+
 class CampaignState(models.TextChoices):
     DRAFT = "draft", "Draft"
     SCHEDULED = "scheduled", "Scheduled"
@@ -50,6 +59,12 @@ class CampaignQuerySet(models.QuerySet["Campaign"]):
 
 class Campaign(models.Model):
     name = models.CharField(max_length=200)
+    kind = models.CharField(max_length=5, choices=CampaignKind.choices, default=CampaignKind.GRAB)
+    code = models.CharField(  # noqa: DJ001 (NULL = no shared code: a grab campaign, or unique codes)
+        max_length=32, null=True, blank=True,
+        help_text="A codes campaign's shared code (e.g. SAVE50), unique among campaigns not ended; empty: unique "
+                  "codes generated or imported per shopper.",
+    )
     starts_at = models.DateTimeField()
     ends_at = models.DateTimeField()
     total_stock = models.PositiveIntegerField()
@@ -86,6 +101,7 @@ class Campaign(models.Model):
 
     class Meta:
         ordering = ["-starts_at", "-id"]
+        indexes = [models.Index(fields=["code"], condition=Q(code__isnull=False), name="campaign_shared_code")]
         constraints = [
             models.CheckConstraint(condition=Q(total_stock__gte=0), name="campaign_stock_not_negative"),
             models.CheckConstraint(condition=Q(starts_at__lt=F("ends_at")), name="campaign_starts_before_ends"),
@@ -96,6 +112,10 @@ class Campaign(models.Model):
                 name="campaign_percent_at_most_100",
             ),
             models.CheckConstraint(condition=Q(min_spend__gte=0), name="campaign_min_spend_not_negative"),
+            models.CheckConstraint(
+                condition=Q(code__isnull=True) | (Q(kind="codes") & Q(code__regex=rf"^{SHARED_CODE_PATTERN}$")),
+                name="campaign_shared_code_form",
+            ),
             models.CheckConstraint(
                 condition=(Q(valid_until__isnull=True) & Q(valid_days__gte=1))
                 | (Q(valid_until__isnull=False) & Q(valid_days__isnull=True)),

@@ -18,7 +18,8 @@ class CouponStatus(models.TextChoices):
 
 
 class Coupon(models.Model):
-    code = models.CharField(max_length=20, unique=True)
+    # A claimed coupon's code (coupons.codes.new_codes), or the unique code of a codes campaign it was bound to.
+    code = models.CharField(max_length=40, unique=True)
     # No index of its own: coupon_campaign_status (campaign, status) serves every lookup by campaign. Every index
     # of this table is written again when the sweep expires a coupon (a new row version: status is indexed).
     campaign = models.ForeignKey(Campaign, on_delete=models.PROTECT, related_name="coupons", db_index=False)
@@ -139,3 +140,67 @@ class SweepCursor(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} at {self.position}"
+
+
+class CodeBatchSource(models.TextChoices):
+    GENERATED = "generated", "Generated"
+    IMPORTED = "imported", "Imported"
+
+
+class CodeBatchState(models.TextChoices):
+    PENDING = "pending", "Pending"
+    RUNNING = "running", "Running"
+    DONE = "done", "Done"
+    FAILED = "failed", "Failed"
+
+
+class CodeBatch(models.Model):
+    """One run of codes_generate or codes_import for a codes campaign: its progress and its outcome."""
+
+    campaign = models.ForeignKey(Campaign, on_delete=models.PROTECT, related_name="code_batches")
+    source = models.CharField(max_length=10, choices=CodeBatchSource.choices)
+    prefix = models.CharField(max_length=16, blank=True)
+    requested = models.PositiveIntegerField(help_text="Codes asked for (generated) or lines read (imported).")
+    inserted = models.PositiveIntegerField(default=0)
+    duplicates = models.PositiveIntegerField(default=0, help_text="Imported codes that already existed.")
+    state = models.CharField(max_length=8, choices=CodeBatchState.choices, default=CodeBatchState.PENDING)
+    error = models.TextField(blank=True)
+    task_id = models.CharField(max_length=64, blank=True)
+    created_by = models.CharField(max_length=150)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name_plural = "code batches"
+
+    def __str__(self) -> str:
+        return f"batch {self.pk} of #{self.campaign_id} ({self.source})"
+
+
+class UniqueCode(models.Model):
+    """A single-use code of a codes campaign; the first shopper to use it holds it (its coupon is issued then)."""
+
+    code = models.CharField(max_length=40, unique=True)
+    campaign = models.ForeignKey(Campaign, on_delete=models.PROTECT, related_name="unique_codes", db_index=False)
+    batch = models.ForeignKey(CodeBatch, on_delete=models.PROTECT, related_name="codes", db_index=False)
+    holder_id = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001 (NULL = not used yet)
+    coupon = models.OneToOneField(Coupon, on_delete=models.PROTECT, null=True, blank=True, related_name="unique_code")
+    held_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["campaign", "id"], name="unique_code_campaign"),
+            models.Index(fields=["batch", "id"], name="unique_code_batch"),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=(Q(holder_id__isnull=True) & Q(coupon__isnull=True) & Q(held_at__isnull=True))
+                | (Q(holder_id__isnull=False) & Q(coupon__isnull=False) & Q(held_at__isnull=False)),
+                name="unique_code_held_with_coupon",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.code

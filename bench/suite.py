@@ -71,6 +71,7 @@ from common import (
     log,
     manage,
     measure_drain,
+    proc_stat,
     redact,
     redis_db_of,
     rel,
@@ -91,7 +92,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 MIX_LUA = BENCH_DIR / "claim_mix.lua"
 LOADGEN_SRC = BENCH_DIR / "loadgen" / "main.go"
 SEED_CAMPAIGN_BASE = 900_000  # seed-go's campaign ids (its own Redis db): one per run, so shoppers are fresh
-PHASES = ["selling", "fixed", "profile", "drain", "storm", "soldout", "naive", "verify", "memory", "expiry"]
+PHASES = ["selling", "fixed", "syscalls", "profile", "drain", "storm", "soldout", "naive", "verify", "memory", "expiry"]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -132,6 +133,16 @@ def build_loadgen() -> Path:
     if not out.exists():
         raise BenchError(f"go build did not produce {out}")
     return out
+
+
+def parse_strace_summary(text: str) -> dict[str, int]:
+    """System calls by name from `strace -c`'s table (% time, seconds, usecs/call, calls, [errors,] syscall)."""
+    calls: dict[str, int] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) >= 5 and parts[0].replace(".", "", 1).isdigit() and parts[-1] != "total":
+            calls[parts[-1]] = int(parts[3])
+    return calls
 
 
 def run_summary(run: dict[str, Any]) -> dict[str, Any]:
@@ -465,6 +476,100 @@ class Suite:
                 f"{', '.join(str(run['couponrush']['latency_from_intent'].get('p99_ms')) for run in runs)} ms, "
                 f"seed-go {', '.join(str(run['seed_go']['latency_from_intent'].get('p99_ms')) for run in runs)} ms")
         return runs
+
+    def _side_tasks(self, side: str) -> list[str]:
+        """Every thread of one side's server (/proc/PID/task/TID; /proc/TID alone would give the whole process's
+        figures): couponrush's master and workers (its session), or seed-go's."""
+        if side == "couponrush":
+            sid = self.web.proc.pid
+            pids = [int(e.name) for e in os.scandir("/proc")
+                    if e.name.isdigit() and (f := proc_stat(e.name)) is not None and int(f[3]) == sid]
+        else:
+            pids = [self.seed.proc.pid]
+        return [f"/proc/{pid}/task/{t.name}" for pid in pids for t in os.scandir(f"/proc/{pid}/task")]
+
+    @staticmethod
+    def _switches(tasks: list[str]) -> int:
+        total = 0
+        for task in tasks:
+            with contextlib.suppress(OSError):
+                for line in Path(f"{task}/status").read_text().splitlines():
+                    if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                        total += int(line.split()[1])
+        return total
+
+    @staticmethod
+    def _task_cpu(tasks: list[str]) -> tuple[float, float]:
+        user = system = 0.0
+        tick = os.sysconf("SC_CLK_TCK")
+        for task in tasks:
+            with contextlib.suppress(OSError, IndexError):
+                fields = Path(f"{task}/stat").read_text().rsplit(")", 1)[1].split()
+                user += int(fields[11]) / tick
+                system += int(fields[12]) / tick
+        return user, system
+
+    def phase_syscalls(self) -> None:
+        """Where a claim's time goes at a moderate fixed rate (issue 24, goal 3): for each side, a clean run
+        (server CPU, user and kernel, and context switches per claim, from /proc) and a run under `strace -c -f`
+        (system calls per claim by name; strace slows the server, so its latencies are not reported)."""
+        a = self.args
+        strace = shutil.which("strace")
+        rate = a.syscall_rate
+        log(f"== syscalls: both sides at {rate:,} claims/s, {a.duration:g} s clean, then {a.duration:g} s under "
+            f"strace -c -f ({strace or 'not installed: counts skipped'})")
+        self.pause_worker(True)
+        result: dict[str, Any] = {"rate": rate}
+        for side in ("couponrush", "seed_go"):
+            port = self.port if side == "couponrush" else self.seed_port
+            figures: dict[str, Any] = {}
+            for traced in (False, True):
+                if traced and strace is None:
+                    continue
+                if side == "couponrush":
+                    path, offset = f"/api/v1/campaigns/{self.sell_id}/claim", self.offsets[self.sell_id]
+                else:
+                    path, offset = f"/api/v1/campaigns/{self.seed_campaign(60 + traced, a.sell_stock)}/claim", 0
+                tasks = self._side_tasks(side)
+                cpu0, sw0 = self._task_cpu(tasks), self._switches(tasks)
+                tracer = None
+                out = LOG_DIR / f"strace-{side}.txt"
+                if traced:
+                    tids = [x for t in tasks for x in ("-p", t.rsplit("/", 1)[1])]
+                    argv = [strace, "-c", "-f", "-q", "-o", str(out), *tids]
+                    tracer = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                              start_new_session=True)
+                    time.sleep(1.0)
+                run = run_loadgen(self.loadgen, f"{side} syscalls{' traced' if traced else ''}", port=port,
+                                  path=path, rate=rate, duration=a.duration, connections=a.connections,
+                                  tokens=self.tokens, offset=offset, repeat=a.repeat)
+                if side == "couponrush":
+                    self.offsets[self.sell_id] += run["sent"] + a.connections
+                claims = max(1, run["completed"])
+                if tracer is not None:
+                    tracer.send_signal(signal.SIGINT)
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        tracer.wait(timeout=30)
+                    calls = parse_strace_summary(out.read_text(errors="replace")) if out.exists() else {}
+                    total = sum(calls.values())
+                    figures["syscalls_per_claim"] = round(total / claims, 2)
+                    figures["by_call"] = {name: round(n / claims, 2) for name, n in
+                                          sorted(calls.items(), key=lambda kv: -kv[1])[:12]}
+                    log(f"{side}: {total / claims:.1f} system calls per claim: " + ", ".join(
+                        f"{k} {v}" for k, v in figures["by_call"].items()))
+                else:
+                    (u1, s1), sw1 = self._task_cpu(tasks), self._switches(tasks)
+                    figures.update({
+                        "claims": claims, "p99_ms_from_intent": run["latency_from_intent"].get("p99_ms"),
+                        "user_us_per_claim": round((u1 - cpu0[0]) / claims * 1e6, 1),
+                        "kernel_us_per_claim": round((s1 - cpu0[1]) / claims * 1e6, 1),
+                        "switches_per_claim": round((sw1 - sw0) / claims, 2),
+                    })
+                    log(f"{side}: server CPU per claim {figures['user_us_per_claim']} us user + "
+                        f"{figures['kernel_us_per_claim']} us kernel, {figures['switches_per_claim']} context "
+                        f"switches per claim, p99 {figures['p99_ms_from_intent']} ms")
+            result[side] = figures
+        self.report["scenarios"]["syscalls"] = result
 
     def phase_profile(self) -> None:
         """py-spy of every web server worker under the selling load: where the claim path's time goes."""
@@ -1282,6 +1387,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="claims/s assumed for the answer and rate keys alive at once (30000)")
     p.add_argument("--expiry-coupons", type=int, default=1_000_000, help="due coupons of the expiry phase")
     p.add_argument("--expiry-baseline", type=int, default=5_000, help="row-by-row coupons of the expiry phase")
+    p.add_argument("--syscall-rate", type=int, default=4000,
+                   help="fixed rate of the syscalls phase, both sides (4000 claims/s)")
     p.add_argument("--skip", default="", help=f"comma-separated phases to skip: {','.join(PHASES)}")
     p.add_argument("--quick", action="store_true", help="3 s loads, 100k memory claims, 100k expiry (a smoke run)")
     p.add_argument("--force-flush", action="store_true", help="flush the bench's Redis dbs even if not marked")

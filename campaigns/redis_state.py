@@ -313,12 +313,22 @@ async def run_claim_async(
 _async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, PipelinedRedis] = weakref.WeakKeyDictionary()
 
 
+# This thread's last (loop, client): while that loop runs, it is this thread's running loop (a thread runs one
+# loop at a time), so the claim needs no asyncio.get_running_loop(), which makes a getpid() system call on every
+# call in CPython 3.11 (one per claim; docs/benchmarks.md, "system calls per claim").
+_this_thread = threading.local()
+
+
 def async_client() -> PipelinedRedis:
+    last = getattr(_this_thread, "last", None)
+    if last is not None and last[0].is_running():
+        return last[1]
     loop = asyncio.get_running_loop()
     client = _async_clients.get(loop)
     if client is None:
         timeout = settings.COUPONS_REDIS_SOCKET_TIMEOUT
         client = _async_clients[loop] = PipelinedRedis(settings.REDIS_URL, timeout=timeout)
+    _this_thread.last = (loop, client)
     return client
 
 

@@ -590,7 +590,16 @@ class Suite:
         spy = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
         time.sleep(0.5)
         try:
-            load = self.wrk_with_ticker("couponrush under py-spy", self.sell_id, lambda: "sampling")
+            if a.profile_rate:  # a moderate fixed rate: where the time goes when a loop turn carries few claims
+                run = run_loadgen(self.loadgen, "couponrush under py-spy", port=self.port,
+                                  path=f"/api/v1/campaigns/{self.sell_id}/claim", rate=a.profile_rate,
+                                  duration=seconds + 1, connections=a.connections, tokens=self.tokens,
+                                  offset=self.offsets[self.sell_id], repeat=a.repeat)
+                self.offsets[self.sell_id] += run["sent"] + a.connections
+                load = {"requests_per_s": run["achieved_rate"], "p50_ms": run["latency_from_intent"].get("p50_ms"),
+                        "p99_ms": run["latency_from_intent"].get("p99_ms"), "fixed_rate": a.profile_rate}
+            else:
+                load = self.wrk_with_ticker("couponrush under py-spy", self.sell_id, lambda: "sampling")
         finally:
             try:
                 spy_out = spy.communicate(timeout=30)[0].decode(errors="replace")
@@ -1387,6 +1396,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="claims/s assumed for the answer and rate keys alive at once (30000)")
     p.add_argument("--expiry-coupons", type=int, default=1_000_000, help="due coupons of the expiry phase")
     p.add_argument("--expiry-baseline", type=int, default=5_000, help="row-by-row coupons of the expiry phase")
+    p.add_argument("--profile-rate", type=int, default=0,
+                   help="profile under bench/loadgen at this fixed rate instead of a saturating wrk (0: wrk)")
     p.add_argument("--syscall-rate", type=int, default=4000,
                    help="fixed rate of the syscalls phase, both sides (4000 claims/s)")
     p.add_argument("--skip", default="", help=f"comma-separated phases to skip: {','.join(PHASES)}")

@@ -22,11 +22,19 @@ from .extension import campaign_extend_end, operator_time
 from .models import Campaign, CampaignEvent, CampaignState
 from .redis_state import StoreUnavailable
 from .selectors import remaining_of
-from .services import MAX_STOCK_ADDED, campaign_add_stock, campaign_pause, campaign_publish, campaign_resume
+from .services import (
+    MAX_STOCK_ADDED,
+    campaign_add_stock,
+    campaign_pause,
+    campaign_publish,
+    campaign_resume,
+    campaign_save,
+)
 
 # Fields that, once a campaign is loaded into Redis, would break its balance if edited in place: they
 # change only through actions (restock, extend end).
-LIVE_LOCKED = ["starts_at", "ends_at", "total_stock", "per_user_limit", "rate_limit", "discount_type", "discount_value",
+LIVE_LOCKED = ["kind", "code",
+               "starts_at", "ends_at", "total_stock", "per_user_limit", "rate_limit", "discount_type", "discount_value",
                "max_discount", "min_spend", "currency", "valid_from", "valid_until", "valid_days", "audience"]
 
 
@@ -89,16 +97,19 @@ class ExtendValidityForm(forms.Form):
 
 @admin.register(Campaign)
 class CampaignAdmin(admin.ModelAdmin):
-    list_display = ["name", "state_display", "window", "total_stock", "remaining_display", "claims_issued",
-                    "drift_flag", "per_user_limit"]
-    list_filter = [StateFilter, "starts_at", "ends_at"]
-    search_fields = ["name"]
+    list_display = ["name", "kind", "code", "state_display", "window", "total_stock", "remaining_display",
+                    "claims_issued", "drift_flag", "per_user_limit"]
+    list_filter = [StateFilter, "kind", "starts_at", "ends_at"]
+    search_fields = ["name", "code"]
     date_hierarchy = "starts_at"
     actions = ["publish", "pause", "resume", "extend_end", "extend_validity", "restock", "reconcile_now"]
     change_form_template = "admin/campaigns/campaign/change_form.html"
     fieldsets = [
-        (None, {"fields": ["name", "starts_at", "ends_at", "total_stock", "per_user_limit", "rate_limit",
-                           "paused"]}),
+        (None, {"fields": ["name", "kind", "code", "starts_at", "ends_at", "total_stock", "per_user_limit",
+                           "rate_limit", "paused"],
+                "description": "A codes campaign's stock is its shared code's total uses and its per-user limit "
+                               "the uses per shopper (without a shared code: unique codes, generated or "
+                               "imported)."}),
         ("Coupon rule", {"fields": ["discount_type", "discount_value", "max_discount", "min_spend", "currency",
                                     "valid_from", "valid_until", "valid_days", "audience"]}),
         ("Lifecycle", {"fields": ["published_at", "preheated_at", "created_at", "updated_at"]}),
@@ -109,6 +120,9 @@ class CampaignAdmin(admin.ModelAdmin):
         if obj is not None and obj.published_at is not None:
             return fixed + LIVE_LOCKED  # change them through the actions (restock, extend end)
         return fixed
+
+    def save_model(self, request: HttpRequest, obj: Campaign, form: forms.ModelForm, change: bool) -> None:
+        campaign_save(obj)  # the shared code checked unique again, race-free (the form's check is Campaign.clean)
 
     def get_changelist_instance(self, request: HttpRequest):  # type: ignore[no-untyped-def]
         changelist = super().get_changelist_instance(request)

@@ -92,7 +92,8 @@ def _move_in_redis(campaign: Campaign, *, old_end: datetime, new_end: datetime) 
     """Run extend.lua for a loaded campaign (already at new_end in PostgreSQL). Raise Unavailable/Conflict."""
     try:
         code, ends_ms = redis_state.run_extend(
-            campaign_id=campaign.pk, old_ends_at=old_end, new_ends_at=new_end, expire_at=keys_expire_at(campaign)
+            campaign_id=campaign.pk, old_ends_at=old_end, new_ends_at=new_end, expire_at=keys_expire_at(campaign),
+            codes=campaign.is_codes,
         )
     except redis_state.StoreUnavailable as exc:
         raise Unavailable() from exc

@@ -1,8 +1,10 @@
 """What an operator defines: a campaign, its window, stock, limits and the coupon rule it issues."""
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
@@ -30,6 +32,13 @@ class CampaignKind(models.TextChoices):
 
 # A shared code as an operator types it (stored upper case): 4-32 of [A-Z0-9-] (CONTRACT.md, codes).
 SHARED_CODE_PATTERN = r"[A-Z0-9-]{4,32}"
+SHARED_CODE_RE = re.compile(SHARED_CODE_PATTERN)
+
+
+def shared_code_form(text: str) -> str | None:
+    """Return a shared code as it is stored (upper case) if `text` is one (case-insensitive), else None."""
+    code = text.upper()
+    return code if text.isascii() and SHARED_CODE_RE.fullmatch(code) else None
 
 
 class CampaignState(models.TextChoices):
@@ -43,6 +52,11 @@ class CampaignState(models.TextChoices):
 class CampaignQuerySet(models.QuerySet["Campaign"]):
     def published(self) -> CampaignQuerySet:
         return self.filter(published_at__isnull=False)
+
+    def with_shared_code(self, code: str, *, at: datetime) -> CampaignQuerySet:
+        """Return the campaigns not ended at `at` (drafts included) whose shared code is `code` (upper case):
+        at most one, once saved through campaigns.services (the code is unique among them)."""
+        return self.filter(kind=CampaignKind.CODES, code=code, ends_at__gt=at)
 
     def visible(self, *, at: datetime) -> CampaignQuerySet:
         """Return the published campaigns that are live or upcoming at `at`."""
@@ -126,8 +140,37 @@ class Campaign(models.Model):
     def __str__(self) -> str:
         return f"{self.name} (#{self.pk})"
 
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self.code is not None:
+            self.code = self.code.upper() or None  # a shared code is stored upper case; empty is none
+        super().save(*args, **kwargs)
+
+    @property
+    def is_codes(self) -> bool:
+        return self.kind == CampaignKind.CODES
+
+    def shared_code_conflict(self) -> str | None:
+        """Why this campaign's shared code can't be used (its form, or another campaign not ended holds it),
+        or None. Not race-free alone: campaigns.services checks it again under the shared code's lock."""
+        if not self.code:
+            return None
+        if self.kind != CampaignKind.CODES:
+            return "Only a codes campaign has a shared code."
+        code = shared_code_form(self.code)
+        if code is None:
+            return "A shared code is 4-32 of A-Z, 0-9 and '-' (case does not count)."
+        others = Campaign.objects.with_shared_code(code, at=timezone.now()).exclude(pk=self.pk)
+        if self.ends_at is not None and self.ends_at > timezone.now() and others.exists():
+            return f"The code {code} belongs to another campaign that has not ended."
+        return None
+
     def clean(self) -> None:
         errors: dict[str, str] = {}
+        if self.code is not None:
+            self.code = self.code.strip().upper() or None
+        conflict = self.shared_code_conflict()
+        if conflict:
+            errors["code"] = conflict
         if self.starts_at and self.ends_at and self.starts_at >= self.ends_at:
             errors["ends_at"] = "The campaign must end after it starts."
         if self.discount_type == DiscountType.PERCENT and self.discount_value and self.discount_value > 100:

@@ -12,7 +12,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.db import connection
@@ -55,6 +55,8 @@ class ClaimRecords:
     last_ledger_id: str  # the ledger id of the latest claim, "0-0" when there is none
     # (shopper, key digest, ledger id) of the claims made with an Idempotency-Key within the answers' retention
     keyed: list[tuple[str, str, str]]
+    # A codes campaign's: the members of its shared code's uses holding a unit (per_user: the uses by shopper)
+    takes: list[str] = field(default_factory=list)
 
 
 def campaign_state_rebuild(*, campaign: Campaign, claims: ClaimRecords) -> int:
@@ -63,7 +65,8 @@ def campaign_state_rebuild(*, campaign: Campaign, claims: ClaimRecords) -> int:
     Call holding campaign_repair_lock, once campaign_preheat raised CampaignStateLost (no stock in Redis, so no
     claim or cancel runs meanwhile), with the claims read after the ledger was drained. Raise StoreUnavailable.
     """
-    redis_state.replace_claim_records(campaign.pk, claims.per_user, claims.cancelled)
+    redis_state.replace_claim_records(campaign.pk, claims.per_user,
+                                      claims.takes if campaign.is_codes else claims.cancelled, codes=campaign.is_codes)
     answers = _restore_answers(campaign, claims.keyed)  # before the stock exists: no claim is decided until then
     remaining = campaign.total_stock - sum(claims.per_user.values())
     _, stock = campaign_state_load(campaign, initial_stock=max(remaining, 0), last_ledger_id=claims.last_ledger_id)

@@ -66,6 +66,10 @@ class CampaignKeys:
     ledger: str
     drain: str
     cancelled: str
+    # A codes campaign's shared code (code_take.lua): uses left, and the uses taken (one member each). Not the
+    # grab's stock key, so the claim script finds no stock for a codes campaign and never sells from it.
+    uses: str = ""
+    takes: str = ""
 
     def rate(self, window: int, who: str = "c") -> str:
         """The counter of one second (`window`, unix seconds) for the campaign ("c"), a shopper or an IP."""
@@ -86,6 +90,15 @@ class CampaignKeys:
         """The keys that hold the campaign's own state (they expire at its end plus the grace)."""
         return [self.meta, self.stock, self.users, self.ledger, self.cancelled]
 
+    def state_of(self, *, codes: bool) -> list[str]:
+        """The state keys of a grab campaign, or of a codes campaign: the same layout (load_state.lua,
+        extend.lua), its uses in place of the stock and its takes in place of the given-back claims."""
+        return [self.meta, self.uses, self.users, self.ledger, self.takes] if codes else self.state
+
+    def left(self, *, codes: bool) -> str:
+        """The key of what is left: a grab campaign's stock, a codes campaign's uses."""
+        return self.uses if codes else self.stock
+
 
 def key_digest(idempotency_key: str) -> str:
     """What stands for a shopper's Idempotency-Key in key names, the ledger and PostgreSQL (never the key)."""
@@ -101,7 +114,8 @@ def campaign_keys(campaign_id: int) -> CampaignKeys:
             _keys.clear()
         tag = f"cpn:{{c{campaign_id}}}:"
         keys = _keys[campaign_id] = CampaignKeys(
-            campaign_id, tag + "meta", tag + "stock", tag + "users", tag + "ledger", tag + "drain", tag + "cancelled"
+            campaign_id, tag + "meta", tag + "stock", tag + "users", tag + "ledger", tag + "drain", tag + "cancelled",
+            tag + "uses", tag + "takes",
         )
     return keys
 
@@ -165,6 +179,8 @@ class _Scripts:
         self.add_stock = client.register_script((LUA_DIR / "add_stock.lua").read_text())
         self.extend = client.register_script((LUA_DIR / "extend.lua").read_text())
         self.void = client.register_script((LUA_DIR / "void.lua").read_text())
+        self.code_take = client.register_script((LUA_DIR / "code_take.lua").read_text())
+        self.code_give_back = client.register_script((LUA_DIR / "code_give_back.lua").read_text())
 
 
 _scripts: _Scripts | None = None
@@ -461,15 +477,17 @@ def load_state(
     initial_stock: int | None,
     last_ledger_id: str = "0-0",
     rate_limit: int = 1000,
+    codes: bool = False,
 ) -> tuple[bool, int | None]:
-    """Write a campaign's settings (and its stock, if missing and given) and move every key's expiry.
+    """Write a campaign's settings (and its stock, if missing and given) and move every key's expiry. A codes
+    campaign's (codes=True) stock is its shared code's uses.
 
     Return (stock_created, stock) where stock is None when Redis holds none. Raise StoreUnavailable.
     """
     keys = campaign_keys(campaign_id)
     try:
         created, stock = scripts().load_state(
-            keys=keys.state,
+            keys=keys.state_of(codes=codes),
             args=[
                 to_ms(starts_at),
                 to_ms(ends_at),
@@ -489,21 +507,23 @@ def load_state(
 
 
 def replace_claim_records(
-    campaign_id: int, counts: dict[str, int], cancelled: list[str], *, chunk: int = 1000
+    campaign_id: int, counts: dict[str, int], cancelled: list[str], *, chunk: int = 1000, codes: bool = False
 ) -> None:
-    """Replace the per-user claim counts and the given-back claims (rebuild from PostgreSQL).
+    """Replace the per-user claim counts and the given-back claims (rebuild from PostgreSQL); of a codes
+    campaign (codes=True), the per-user uses and the takes.
 
     Call while the stock key is missing, so that no claim or cancel runs meanwhile.
     """
     keys = campaign_keys(campaign_id)
+    members = keys.takes if codes else keys.cancelled
     try:
         client = redis_client()
-        client.delete(keys.users, keys.cancelled)
+        client.delete(keys.users, members)
         items = list(counts.items())
         for start in range(0, len(items), chunk):
             client.hset(keys.users, mapping=dict(items[start : start + chunk]))
         for start in range(0, len(cancelled), chunk):
-            client.sadd(keys.cancelled, *cancelled[start : start + chunk])
+            client.sadd(members, *cancelled[start : start + chunk])
     except redis.RedisError as exc:
         raise StoreUnavailable(str(exc)) from exc
 
@@ -551,11 +571,12 @@ def compare_and_set(*, key: str, field: str | None, expected: int | None, new: i
     return bool(int(done))
 
 
-def run_add_stock(*, campaign_id: int, quantity: int) -> int | None:
-    """Add coupons to a loaded campaign's stock; return the new stock, None when Redis holds none."""
+def run_add_stock(*, campaign_id: int, quantity: int, codes: bool = False) -> int | None:
+    """Add coupons (a codes campaign's uses) to a loaded campaign's stock; return the new stock, None when Redis
+    holds none."""
     keys = campaign_keys(campaign_id)
     try:
-        stock = int(scripts().add_stock(keys=[keys.meta, keys.stock], args=[quantity]))
+        stock = int(scripts().add_stock(keys=[keys.meta, keys.left(codes=codes)], args=[quantity]))
     except redis.RedisError as exc:
         raise StoreUnavailable(str(exc)) from exc
     return None if stock < 0 else stock
@@ -573,14 +594,16 @@ def set_paused(*, campaign_id: int, paused: bool) -> bool:
     return True
 
 
-def remaining_many(campaign_ids: list[int]) -> dict[int, int | None]:
-    """Return the live remaining stock of several campaigns in one pipelined round trip."""
+def remaining_many(campaign_ids: list[int], codes: frozenset[int] | set[int] = frozenset()
+                   ) -> dict[int, int | None]:
+    """Return the live remaining stock of several campaigns in one pipelined round trip (of those in `codes`,
+    codes campaigns, the uses left)."""
     if not campaign_ids:
         return {}
     try:
         pipe = redis_client().pipeline(transaction=False)
         for campaign_id in campaign_ids:
-            pipe.get(campaign_keys(campaign_id).stock)
+            pipe.get(campaign_keys(campaign_id).left(codes=campaign_id in codes))
         values = pipe.execute()
     except redis.RedisError as exc:
         raise StoreUnavailable(str(exc)) from exc
@@ -588,7 +611,7 @@ def remaining_many(campaign_ids: list[int]) -> dict[int, int | None]:
 
 
 def run_extend(
-    *, campaign_id: int, old_ends_at: datetime, new_ends_at: datetime, expire_at: datetime
+    *, campaign_id: int, old_ends_at: datetime, new_ends_at: datetime, expire_at: datetime, codes: bool = False
 ) -> tuple[int, int]:
     """Move a loaded campaign's end and every state key's expiry (extend.lua). Raise StoreUnavailable.
 
@@ -598,8 +621,61 @@ def run_extend(
     keys = campaign_keys(campaign_id)
     try:
         code, ends_ms = scripts().extend(
-            keys=keys.state, args=[to_ms(old_ends_at), to_ms(new_ends_at), to_ms(expire_at)]
+            keys=keys.state_of(codes=codes), args=[to_ms(old_ends_at), to_ms(new_ends_at), to_ms(expire_at)]
         )
     except redis.RedisError as exc:
         raise StoreUnavailable(str(exc)) from exc
     return int(code), int(ends_ms)
+
+
+class TakeCode(enum.IntEnum):
+    """code_take.lua's answers."""
+
+    TAKEN = 0
+    LIMIT_REACHED = 1
+    SOLD_OUT = 2
+    NOT_STARTED = 3
+    ENDED = 4
+    PAUSED = 5
+    ALREADY = 6  # this use held its unit already (a request that died before its coupon was written)
+    NO_STATE = -1
+
+
+def run_code_take(*, campaign_id: int, user_id: str, member: str) -> TakeCode:
+    """Take one use of a codes campaign's shared code for the use `member` (code_take.lua). Raise
+    StoreUnavailable (nothing was taken)."""
+    keys = campaign_keys(campaign_id)
+    try:
+        return TakeCode(int(scripts().code_take(keys=[keys.meta, keys.uses, keys.users, keys.takes],
+                                                args=[user_id, member])))
+    except redis.RedisError as exc:
+        raise StoreUnavailable(str(exc)) from exc
+
+
+def run_code_give_back(*, campaign_id: int, user_id: str, member: str) -> RestockResult:
+    """Give the use `member` back to the shared code, once (code_give_back.lua). Raise StoreUnavailable."""
+    keys = campaign_keys(campaign_id)
+    try:
+        return RestockResult(int(scripts().code_give_back(keys=[keys.uses, keys.users, keys.takes],
+                                                          args=[user_id, member])))
+    except redis.RedisError as exc:
+        raise StoreUnavailable(str(exc)) from exc
+
+
+def codes_snapshot(campaign_id: int) -> tuple[int | None, set[str], dict[str, int]]:
+    """A consistent cut of a codes campaign in Redis (one MULTI): (uses left or None, takes, per-user uses)."""
+    keys = campaign_keys(campaign_id)
+    try:
+        pipe = redis_client().pipeline(transaction=True)
+        pipe.get(keys.uses)
+        pipe.smembers(keys.takes)
+        pipe.hgetall(keys.users)
+        left, takes, users = pipe.execute()
+    except redis.RedisError as exc:
+        raise StoreUnavailable(str(exc)) from exc
+
+    def text(value: Any) -> str:
+        return value.decode() if isinstance(value, bytes) else str(value)
+
+    return (None if left is None else int(left), {text(m) for m in takes} - {""},
+            {text(k): int(v) for k, v in users.items() if text(k)})

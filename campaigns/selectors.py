@@ -20,7 +20,7 @@ def remaining_of(campaigns: list[Campaign]) -> dict[int, int | None]:
     is None (never guessed).
     """
     try:
-        live = redis_state.remaining_many([c.pk for c in campaigns])
+        live = redis_state.remaining_many([c.pk for c in campaigns], {c.pk for c in campaigns if c.is_codes})
     except redis_state.StoreUnavailable:
         live = {}
     return {

@@ -7,15 +7,16 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
 from core.errors import Unavailable
+from core.locks import AdvisoryLock
 
 from . import redis_state
 from .errors import CampaignOver, CampaignStateLost, InvalidCampaign
-from .models import Audience, Campaign, CampaignEvent, CampaignEventType, CampaignState, DiscountType
+from .models import Audience, Campaign, CampaignEvent, CampaignEventType, CampaignKind, CampaignState, DiscountType
 
 
 def keys_expire_at(campaign: Campaign) -> datetime:
@@ -38,9 +39,14 @@ def campaign_create(
     valid_until: datetime | None = None,
     valid_days: int | None = None,
     audience: str = Audience.ALL,
+    kind: str = CampaignKind.GRAB,
+    code: str | None = None,
     publish: bool = False,
 ) -> Campaign:
-    """Create a campaign (validated like the admin form); with publish=True also publish and preheat it."""
+    """Create a campaign (validated like the admin form); with publish=True also publish and preheat it.
+
+    A codes campaign (kind "codes") may have a shared code: stock is then its total uses, per_user_limit the
+    uses per shopper; without one its codes are unique codes (generated or imported)."""
     if valid_until is None and valid_days is None:
         valid_days = 30
     campaign = Campaign(
@@ -57,23 +63,48 @@ def campaign_create(
         valid_until=valid_until,
         valid_days=valid_days,
         audience=audience,
+        kind=kind,
+        code=code or None,
     )
     try:
         campaign.full_clean()
     except ValidationError as exc:
         raise InvalidCampaign(exc.message_dict) from exc
     with transaction.atomic():
-        campaign.save()
+        campaign_save(campaign)
         if publish:
             campaign = campaign_publish(campaign=campaign)
     return campaign
 
 
+def _check_shared_code(campaign: Campaign) -> None:
+    """Check, race-free, that the campaign's shared code is free among campaigns not ended: under the code's
+    transaction lock, held until the caller's transaction ends (call inside transaction.atomic)."""
+    if not campaign.code:
+        return
+    campaign.code = campaign.code.upper()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [AdvisoryLock.SHARED_CODE, campaign.code])
+    conflict = campaign.shared_code_conflict()
+    if conflict:
+        raise InvalidCampaign({"code": [conflict]})
+
+
+def campaign_save(campaign: Campaign) -> Campaign:
+    """Save a campaign (created or edited), its shared code checked unique race-free. Raise InvalidCampaign."""
+    with transaction.atomic():
+        _check_shared_code(campaign)
+        campaign.save()
+    return campaign
+
+
 def campaign_publish(*, campaign: Campaign, actor: str = "system") -> Campaign:
-    """Publish a draft campaign and load it into Redis. Raise Unavailable when Redis is down."""
+    """Publish a draft campaign and load it into Redis. Raise Unavailable when Redis is down, InvalidCampaign
+    when its shared code was taken meanwhile by another campaign not ended."""
     with transaction.atomic():
         campaign = Campaign.objects.select_for_update().get(pk=campaign.pk)
         if campaign.published_at is None:
+            _check_shared_code(campaign)
             campaign.published_at = timezone.now()
             campaign.save(update_fields=["published_at", "updated_at"])
             CampaignEvent.objects.create(campaign=campaign, type=CampaignEventType.PUBLISHED, actor=actor)
@@ -106,6 +137,7 @@ def campaign_state_load(campaign: Campaign, *, initial_stock: int | None, last_l
     (whether the stock was created, the stock Redis holds). Raise StoreUnavailable."""
     return redis_state.load_state(
         campaign_id=campaign.pk,
+        codes=campaign.is_codes,
         starts_at=campaign.starts_at,
         ends_at=campaign.ends_at,
         paused=campaign.paused,
@@ -180,7 +212,8 @@ def campaign_add_stock(*, campaign: Campaign, quantity: int, actor: str) -> Camp
         stock = None
         if campaign.preheated_at is not None:
             try:
-                stock = redis_state.run_add_stock(campaign_id=campaign.pk, quantity=quantity)
+                stock = redis_state.run_add_stock(campaign_id=campaign.pk, quantity=quantity,
+                                                   codes=campaign.is_codes)
             except redis_state.StoreUnavailable as exc:
                 raise Unavailable() from exc
             if stock is None:

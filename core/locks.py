@@ -18,3 +18,11 @@ class AdvisoryLock(enum.IntEnum):
     # Transaction lock (coupons.extension), second key the extension's id: the batches of one validity extension
     # take turns. "EXTV" in ASCII.
     VALIDITY_EXTENSION = 0x45585456
+    # Transaction lock (campaigns.services), second key hashtext(the upper-case code): a shared code is checked
+    # unique among campaigns not ended and saved (create, edit, publish) one at a time. "SHCD" in ASCII.
+    SHARED_CODE = 0x53484344
+    # Transaction lock (coupons.services), second key hashtext of a shared code's use (campaign, shopper, order)
+    # or of a shopper in a unique-codes campaign: the use's Redis take and its coupon row are written by one
+    # request at a time, and a shopper's unique codes are counted against the per-user limit one at a time.
+    # "CUSE" in ASCII.
+    CODE_USE = 0x43555345

@@ -30,9 +30,8 @@ from campaigns.money import AMOUNT_PLACES, MINOR_UNITS, InvalidAmount, amount_re
 from campaigns.redis_state import redis_client
 from core.api import ShopperApi, ShopperTokenAuthentication, idempotency_key_parameter, pattern_schema
 from core.errors import BadRequest, NotFound, RateLimited
-from core.http import idempotency_key
+from core.http import client_ip, idempotency_key
 
-from .codes import CODE_RE, normalize_code
 from .idempotency import Answer, run_idempotent
 from .metrics import USES
 from .models import Coupon, CouponStatus
@@ -41,12 +40,14 @@ from .selectors import coupons_of_user
 from .services import (
     HOLD_SECONDS_DEFAULT,
     HOLD_SECONDS_MAX,
+    TYPED_CODE_RE,
     Order,
     coupon_confirm,
     coupon_redeem,
     coupon_release,
     coupon_reserve,
     coupons_settle_due,
+    typed_code_form,
 )
 
 
@@ -241,34 +242,43 @@ def order_of(data: dict[str, Any]) -> Order:
     return Order(order_id=data["order_id"], amount=data["order_amount"], currency=data["currency"])
 
 
-def coupon_endpoint(code: str, action: str, user_id: str) -> tuple[str, str]:
+def coupon_endpoint(code: str, action: str, user_id: str, ip: str | None = None) -> tuple[str, str]:
     """Return (canonical code, idempotency endpoint); a code that can't exist is the same 404 as unknown
     (and counts as a miss)."""
-    canonical = normalize_code(code)
+    canonical = typed_code_form(code)
     if canonical is None:
-        guarded_by_misses(user_id, _not_found)()  # raises: TooManyMisses or NotFound
+        guarded_by_misses(user_id, _not_found, ip=ip)()  # raises: TooManyMisses or NotFound
         raise NotFound("No such coupon.")
     return canonical, f"POST /api/v1/coupons/{canonical}/{action}"
 
 
 class TooManyMisses(RateLimited):
-    message = "Too many unknown coupon codes from this shopper; retry in a minute."
+    message = "Too many unknown coupon codes from this shopper or address; retry in a minute."
 
 
-def _misses_key(user_id: str) -> str:
-    return f"cr:code-misses:{user_id}:{int(time.time() // 60)}"
+def _misses_keys(user_id: str, ip: str | None) -> list[tuple[str, int]]:
+    """The miss counters of this minute (key, limit): the shopper's, and the client address's if known."""
+    minute = int(time.time() // 60)
+    keys = [(f"cr:code-misses:{user_id}:{minute}", settings.COUPONS_CODE_MISSES_PER_MINUTE)]
+    if ip is not None:
+        keys.append((f"cr:code-misses-ip:{ip}:{minute}", settings.COUPONS_CODE_MISSES_PER_IP_PER_MINUTE))
+    return keys
 
 
 def _not_found() -> Answer:
     raise NotFound("No such coupon.")
 
 
-def guarded_by_misses(user_id: str, execute: Callable[[], Answer]) -> Callable[[], Answer]:
-    """Refuse a shopper who tried too many unknown codes this minute; count each miss (codes resist guessing)."""
+def guarded_by_misses(user_id: str, execute: Callable[[], Answer], *, ip: str | None = None
+                      ) -> Callable[[], Answer]:
+    """Refuse a shopper, or a client address (`ip`, normalized by core.http.client_ip), that tried too many
+    unknown codes this minute; count each miss against both (codes resist guessing, by many accounts too)."""
+    counters = _misses_keys(user_id, ip)
 
     def run() -> Answer:
         try:
-            if int(redis_client().get(_misses_key(user_id)) or 0) >= settings.COUPONS_CODE_MISSES_PER_MINUTE:
+            seen = redis_client().mget([key for key, _ in counters])
+            if any(int(n or 0) >= limit for n, (_, limit) in zip(seen, counters, strict=True)):
                 raise TooManyMisses()
         except RedisError:
             pass  # the guard fails open: the answer itself does not depend on Redis
@@ -277,8 +287,9 @@ def guarded_by_misses(user_id: str, execute: Callable[[], Answer]) -> Callable[[
         except NotFound:
             try:
                 pipe = redis_client().pipeline(transaction=True)
-                pipe.incr(_misses_key(user_id))
-                pipe.expire(_misses_key(user_id), 120)
+                for key, _ in counters:
+                    pipe.incr(key)
+                    pipe.expire(key, 120)
                 pipe.execute()
             except RedisError:
                 pass
@@ -295,9 +306,11 @@ def answer_response(answer: Answer) -> Response:
 _USE_CODES = "0 done, 10 expired, 11 already_redeemed, 12 min_spend_not_met, 13 not_yet_valid, 14 revoked, " \
     "15 not_eligible, 16 on_hold, 17 hold_lapsed (confirm only), 18 not_held (confirm only)"
 _CODE_PARAMETER = OpenApiParameter(  # coupon_endpoint() reads it
-    "code", pattern_schema(CODE_RE, example="K7QM-3XRD-9PVA"), OpenApiParameter.PATH,
-    description="The coupon's code. Case, spaces and dashes do not count; what is not a code is the same 404 as an "
-                "unknown code.",
+    "code", pattern_schema(TYPED_CODE_RE, example="K7QM-3XRD-9PVA"), OpenApiParameter.PATH,
+    description="The shopper's coupon's code, a codes campaign's shared code (e.g. SAVE50) or a unique code. Case "
+                "does not count (nor spaces and dashes in a coupon's or unique code); what is not a code is the "
+                "same 404 as an unknown code, as are another shopper's unique code and a code of a campaign "
+                "paused or ended.",
 )
 _WITH_KEY = [idempotency_key_parameter(required=True), _CODE_PARAMETER]
 _WITH_OPTIONAL_KEY = [idempotency_key_parameter(required=False), _CODE_PARAMETER]
@@ -330,6 +343,10 @@ class CouponUseApi(ShopperApi):
     """Base of redeem, reserve, confirm and release: every answer, errors included, is counted by outcome."""
 
     operation = ""
+
+    @property
+    def ip(self) -> str | None:
+        return client_ip(self.request.META)
 
     def finalize_response(self, request: Request, response: Any, *args: Any, **kwargs: Any) -> Any:
         response = super().finalize_response(request, response, *args, **kwargs)
@@ -366,10 +383,10 @@ class CouponRedeemApi(CouponUseApi):
     def post(self, request: Request, code: str) -> Response:
         key = idempotency_key(request._request, required=True)
         order = order_of(self.validated(self.InputSerializer))
-        canonical, endpoint = coupon_endpoint(code, "redeem", self.user_id)
+        canonical, endpoint = coupon_endpoint(code, "redeem", self.user_id, self.ip)
         return answer_response(run_idempotent(
             user_id=self.user_id, endpoint=endpoint, key=key, payload=asdict(order),
-            execute=guarded_by_misses(self.user_id, lambda: Answer(
+            execute=guarded_by_misses(self.user_id, ip=self.ip, execute=lambda: Answer(
                 200, coupon_redeem(user_id=self.user_id, code=canonical, order=order).body())),
         ))
 
@@ -409,10 +426,10 @@ class CouponReserveApi(CouponUseApi):
         key = idempotency_key(request._request, required=True)
         data = self.validated(self.InputSerializer)
         order, hold_seconds = order_of(data), data["hold_seconds"]
-        canonical, endpoint = coupon_endpoint(code, "reserve", self.user_id)
+        canonical, endpoint = coupon_endpoint(code, "reserve", self.user_id, self.ip)
         return answer_response(run_idempotent(
             user_id=self.user_id, endpoint=endpoint, key=key, payload={**asdict(order), "hold": hold_seconds},
-            execute=guarded_by_misses(self.user_id, lambda: Answer(200, coupon_reserve(
+            execute=guarded_by_misses(self.user_id, ip=self.ip, execute=lambda: Answer(200, coupon_reserve(
                 user_id=self.user_id, code=canonical, order=order, hold_seconds=hold_seconds).body())),
         ))
 
@@ -445,10 +462,10 @@ class CouponConfirmApi(CouponUseApi):
     def post(self, request: Request, code: str) -> Response:
         key = idempotency_key(request._request)
         order_id = self.validated(self.InputSerializer)["order_id"]
-        canonical, endpoint = coupon_endpoint(code, "confirm", self.user_id)
+        canonical, endpoint = coupon_endpoint(code, "confirm", self.user_id, self.ip)
         return answer_response(run_idempotent(
             user_id=self.user_id, endpoint=endpoint, key=key, payload={"order_id": order_id},
-            execute=guarded_by_misses(self.user_id, lambda: Answer(
+            execute=guarded_by_misses(self.user_id, ip=self.ip, execute=lambda: Answer(
                 200, coupon_confirm(user_id=self.user_id, code=canonical, order_id=order_id).body())),
         ))
 
@@ -479,9 +496,9 @@ class CouponReleaseApi(CouponUseApi):
     def post(self, request: Request, code: str) -> Response:
         key = idempotency_key(request._request)
         order_id = self.validated(self.InputSerializer)["order_id"]
-        canonical, endpoint = coupon_endpoint(code, "release", self.user_id)
+        canonical, endpoint = coupon_endpoint(code, "release", self.user_id, self.ip)
         return answer_response(run_idempotent(
             user_id=self.user_id, endpoint=endpoint, key=key, payload={"order_id": order_id},
-            execute=guarded_by_misses(self.user_id, lambda: Answer(
+            execute=guarded_by_misses(self.user_id, ip=self.ip, execute=lambda: Answer(
                 200, coupon_release(user_id=self.user_id, code=canonical, order_id=order_id).body())),
         ))

@@ -12,6 +12,8 @@ UseCode = Code  # a coupon use answers with the business codes of the one regist
 
 
 REFUSALS = {
+    UseCode.LIMIT_REACHED: ("limit_reached", "You have used this code as many times as a shopper may."),
+    UseCode.SOLD_OUT: ("sold_out", "This code has been used as many times as it may be."),
     UseCode.EXPIRED: ("expired", "The coupon is past its validity."),
     UseCode.ALREADY_REDEEMED: ("already_redeemed", "The coupon was used by another order."),
     UseCode.MIN_SPEND_NOT_MET: ("min_spend_not_met", "The order amount is under the coupon's minimum spend."),

@@ -5,22 +5,32 @@ CouponEvent, in one transaction; a change that loses a race re-reads the coupon 
 """
 from __future__ import annotations
 
+import hashlib
+import logging
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from campaigns.models import Audience
+from campaigns import redis_state
+from campaigns.errors import CampaignStateLost
+from campaigns.models import Audience, Campaign, CampaignState, shared_code_form
+from campaigns.services import campaign_preheat
 from core.errors import ApplicationError, NotFound, Unavailable
 from core.locks import AdvisoryLock
 
-from .codes import normalize_code
-from .models import Coupon, CouponEvent, CouponEventType, CouponStatus
+from .codes import new_codes, normalize_code
+from .models import Coupon, CouponEvent, CouponEventType, CouponStatus, UniqueCode
 from .outcomes import UseCode, UseOutcome, done, jsonable, refused
+from .unique_codes import canonical_unique_code, unique_code_lookup
+
+log = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 5
 HOLD_SECONDS_DEFAULT = 900
@@ -48,9 +58,24 @@ class Order:
     currency: str
 
 
+# What may be a typed code (the schema's pattern of {code}): a claimed coupon's code, a unique code, a shared or
+# an imported code. Spaces inside a claimed or generated code are forgiven too (not documented).
+TYPED_CODE_RE = re.compile(r"[A-Za-z0-9-]{4,40}")
+
+
+def typed_code_form(text: str) -> str | None:
+    """Return the canonical form of a code a shopper typed, or None when it can't be a code: a claimed coupon's
+    code or a generated unique code (case, spaces and dashes forgiven), else a shared or imported code as
+    typed, upper case."""
+    canonical = normalize_code(text) or canonical_unique_code(text)
+    if canonical is not None:
+        return canonical
+    return text.upper() if TYPED_CODE_RE.fullmatch(text) else None
+
+
 def coupon_owned_by(*, code: str, user_id: str) -> Coupon:
     """Return the shopper's coupon; an unknown code and someone else's code are the same NotFound."""
-    canonical = normalize_code(code)
+    canonical = typed_code_form(code)
     coupon = (
         Coupon.objects.select_related("campaign").filter(code=canonical, user_id=user_id).first()
         if canonical
@@ -121,11 +146,14 @@ def coupons_settle_due(*, user_id: str) -> int:
     return changed
 
 
-def _retrying(code: str, user_id: str, decide: Any) -> UseOutcome:
+Decide = Callable[[Coupon, datetime], "UseOutcome | None"]
+
+
+def _retrying(find: Callable[[], Coupon], decide: Decide) -> UseOutcome:
     """Run `decide(coupon)` on a fresh, settled read of the coupon until it is not beaten by a race."""
     for _ in range(MAX_ATTEMPTS):
         with transaction.atomic():
-            coupon = coupon_owned_by(code=code, user_id=user_id)
+            coupon = find()
             now = timezone.now()
             if not coupon_settle(coupon=coupon, now=now):
                 continue
@@ -182,7 +210,7 @@ def coupon_redeem(*, user_id: str, code: str, order: Order, source: str = "api")
             return None
         return _redeemed(coupon)
 
-    return _retrying(code, user_id, decide)
+    return _code_used(code, user_id, order.order_id, decide, new_use=order, source=source)
 
 
 def _redeemed(coupon: Coupon) -> UseOutcome:
@@ -219,7 +247,7 @@ def coupon_reserve(
             return None
         return _reserved(coupon)
 
-    return _retrying(code, user_id, decide)
+    return _code_used(code, user_id, order.order_id, decide, new_use=order, source=source)
 
 
 def _reserved(coupon: Coupon) -> UseOutcome:
@@ -254,23 +282,275 @@ def coupon_confirm(*, user_id: str, code: str, order_id: str, source: str = "api
             return refused(UseCode.EXPIRED)
         return refused(UseCode.NOT_HELD)
 
-    return _retrying(code, user_id, decide)
+    return _code_used(code, user_id, order_id, decide, absent=refused(UseCode.NOT_HELD), source=source)
 
 
 def coupon_release(*, user_id: str, code: str, order_id: str, source: str = "api") -> UseOutcome:
     """Undo this order's hold or redemption (cancelled or unpaid): usable again if still valid. Idempotent."""
 
     def decide(coupon: Coupon, now: datetime) -> UseOutcome | None:
+        released = False
         if coupon.status in (CouponStatus.HELD, CouponStatus.REDEEMED) and coupon.order_id == order_id:
             data = {"order_id": order_id, "was": coupon.status}
             if not _transition(coupon, to=CouponStatus.ACTIVE, event=CouponEventType.RELEASED, source=source,
                                data=data, redeemed_at=None, **_NO_ORDER):
                 return None
-            if not coupon_settle(coupon=coupon, now=now):  # released after its validity: expired at once
+            released = True
+        if coupon.status == CouponStatus.ACTIVE and (
+            (released and is_shared_use(coupon))
+            or coupon.claim_id.startswith(_use_prefix(coupon.campaign_id, user_id, order_id))
+        ):
+            # A shared code's use is over: its coupon is revoked and the use given back to the code, once.
+            if not _transition(coupon, to=CouponStatus.REVOKED, event=CouponEventType.REVOKED, source=source,
+                               data={"reason": "released", "order_id": order_id}):
                 return None
+            CouponEvent.objects.create(coupon_id=coupon.pk, campaign_id=coupon.campaign_id,
+                                       type=CouponEventType.RESTOCKED, source=source,
+                                       data={"claim_id": coupon.claim_id})
+            _give_back(coupon)  # before the commit: Redis down is a 503 and nothing changed
+        elif released and not coupon_settle(coupon=coupon, now=now):  # released after its validity: expired
+            return None
         return done("released", coupon_status=coupon.status)
 
-    return _retrying(code, user_id, decide)
+    return _code_used(code, user_id, order_id, decide, absent=done("released", coupon_status=CouponStatus.REVOKED),
+                      source=source)
+
+
+# --- codes typed at checkout: which coupon a typed code stands for --------------------------------------
+
+SHARED_USE = "code:"  # the claim id of a shared code's use: code:<campaign>:<digest of shopper and order>:<n>
+UNIQUE_USE = "unique:"  # the claim id of a unique code's coupon: unique:<the UniqueCode's id>
+_OVER = (CouponStatus.REVOKED, CouponStatus.EXPIRED)  # a shared code's use that is over: the next is a new one
+
+
+class _Undone(Exception):
+    """A new use's coupon was refused after all: its transaction is rolled back (nothing stays)."""
+
+    def __init__(self, outcome: UseOutcome | None) -> None:
+        super().__init__()
+        self.outcome = outcome
+
+
+def _code_used(code: str, user_id: str, order_id: str, decide: Decide, *, new_use: Order | None = None,
+               absent: UseOutcome | None = None, source: str) -> UseOutcome:
+    """Decide on the coupon `code` (canonical, typed_code_form) stands for, for this shopper and order:
+    (a) the shopper's own coupon with that code (claimed, or a unique code the shopper holds);
+    (b) a shared code of a live codes campaign: the shopper's coupon for this order's use of it, created
+        (its use taken) by a reserve or redeem (`new_use`); `absent` answers a confirm or release without one;
+    (c) a unique code nobody holds yet, of a live codes campaign: bound to this shopper by a reserve or redeem.
+    Anything else, another shopper's unique code and a code of a campaign not live, is NotFound."""
+    canonical = typed_code_form(code)
+    if canonical is None:
+        raise NotFound("No such coupon.")
+    code = canonical
+    own = Coupon.objects.filter(code=code, user_id=user_id).values_list("pk", flat=True).first()
+    if own is not None:
+        return _retrying(lambda: Coupon.objects.select_related("campaign").get(pk=own), decide)
+    now = timezone.now()
+    shared = shared_code_form(code)
+    if shared is not None:
+        campaign = (Campaign.objects.published().with_shared_code(shared, at=now)
+                    .filter(starts_at__lte=now, paused=False).first())
+        if campaign is not None:
+            return _shared_use(campaign, user_id, order_id, decide, new_use=new_use, absent=absent, source=source)
+    unique = canonical_unique_code(code) or unique_code_lookup(code)
+    if unique is not None and new_use is not None:
+        return _unique_use(unique, user_id, decide, new_use=new_use, source=source)
+    raise NotFound("No such coupon.")
+
+
+def _use_prefix(campaign_id: int, user_id: str, order_id: str) -> str:
+    """The claim ids of one shopper's uses of a campaign's shared code for one order (48 characters at most)."""
+    digest = hashlib.sha256(f"{user_id}\n{order_id}".encode()).hexdigest()[:24]
+    return f"{SHARED_USE}{campaign_id}:{digest}:"
+
+
+def is_shared_use(coupon: Coupon) -> bool:
+    return coupon.claim_id.startswith(SHARED_USE)
+
+
+def take_member(coupon: Coupon) -> str:
+    """The member of the shared code's takes (Redis) that stands for this coupon's use."""
+    return f"{coupon.claim_id}/{coupon.user_id}"
+
+
+def _lock(key: str) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [AdvisoryLock.CODE_USE, key])
+
+
+def _shared_use(campaign: Campaign, user_id: str, order_id: str, decide: Decide, *, new_use: Order | None,
+                absent: UseOutcome | None, source: str) -> UseOutcome:
+    """Decide on this order's use of the campaign's shared code, creating it for a reserve or redeem.
+
+    One request per (shopper, order) at a time (a transaction lock): the use is taken in Redis (code_take.lua:
+    stock and per-user limit, atomic however many shoppers type the code at once), then its coupon is written
+    with its events; if that write fails, the use is given back. Its claim id ends in n, the number of this
+    order's earlier uses of the code that are over (released or expired).
+    """
+    prefix = _use_prefix(campaign.pk, user_id, order_id)
+    for _ in range(MAX_ATTEMPTS):
+        taken: Coupon | None = None
+        try:
+            with transaction.atomic():
+                _lock(prefix)
+                family = list(Coupon.objects.select_related("campaign")
+                              .filter(user_id=user_id, campaign=campaign, claim_id__startswith=prefix).order_by("pk"))
+                now = timezone.now()
+                current = next((c for c in family if c.status not in _OVER), None)
+                if current is not None:
+                    if not coupon_settle(coupon=current, now=now):
+                        continue
+                    if current.status not in _OVER:
+                        outcome = decide(current, now)
+                        if outcome is None:
+                            continue
+                        return outcome
+                if new_use is None:  # a confirm or release: decide on the last use, if any
+                    if not family:
+                        assert absent is not None
+                        return absent
+                    outcome = decide(family[-1], now)
+                    if outcome is None:
+                        continue
+                    return outcome
+                valid_from, expires_at = campaign.coupon_validity(now)
+                coupon = Coupon(code=new_codes(1)[0], campaign=campaign, user_id=user_id,
+                                claim_id=f"{prefix}{len(family)}", valid_from=valid_from, expires_at=expires_at)
+                refusal = _refusal_for_use(coupon, new_use, user_id, now)
+                if refusal is not None:
+                    return refusal  # checked before the take: a refused use takes nothing
+                refusal = _take(campaign, coupon)
+                if refusal is not None:
+                    return refusal
+                taken = coupon
+                coupon.save(force_insert=True)
+                CouponEvent.objects.create(coupon_id=coupon.pk, campaign_id=campaign.pk, type=CouponEventType.ISSUED,
+                                           source=source, data={"code": campaign.code, "order_id": order_id})
+                outcome = decide(coupon, now)
+                if outcome is None or outcome.code != 0:
+                    raise _Undone(outcome)
+                return outcome
+        except _Undone as undone:
+            _give_back_after_failure(taken)
+            if undone.outcome is None:
+                continue
+            return undone.outcome
+        except BaseException:
+            _give_back_after_failure(taken)
+            raise
+    raise Contention()
+
+
+def _take(campaign: Campaign, coupon: Coupon) -> UseOutcome | None:
+    """Take one use of the shared code for the coupon's use: None when taken, else the refusal. Raise NotFound
+    (the campaign is not live in Redis either), Unavailable (Redis down, or its state lost: nothing taken)."""
+    take = redis_state.TakeCode
+    result = _run_take(campaign, coupon)
+    if result == take.NO_STATE and campaign.preheated_at is None:
+        campaign_preheat(campaign=campaign)  # published while Redis was away: its state is loaded at first use
+        result = _run_take(campaign, coupon)
+    if result in (take.TAKEN, take.ALREADY):
+        return None
+    if result == take.LIMIT_REACHED:
+        return refused(UseCode.LIMIT_REACHED)
+    if result == take.SOLD_OUT:
+        return refused(UseCode.SOLD_OUT)
+    if result == take.NO_STATE:
+        raise CampaignStateLost()
+    raise NotFound("No such coupon.")  # not started, ended or paused in Redis: the same 404 as PostgreSQL's
+
+
+def _run_take(campaign: Campaign, coupon: Coupon) -> redis_state.TakeCode:
+    try:
+        return redis_state.run_code_take(campaign_id=campaign.pk, user_id=coupon.user_id, member=take_member(coupon))
+    except redis_state.StoreUnavailable as exc:
+        raise Unavailable() from exc
+
+
+def _give_back(coupon: Coupon) -> None:
+    """Give a shared code's use back (once). Raise Unavailable when Redis is down."""
+    try:
+        redis_state.run_code_give_back(campaign_id=coupon.campaign_id, user_id=coupon.user_id,
+                                       member=take_member(coupon))
+    except redis_state.StoreUnavailable as exc:
+        raise Unavailable() from exc
+
+
+def _give_back_after_failure(taken: Coupon | None) -> None:
+    """Give back the use taken for a coupon that was not written after all (never raises)."""
+    if taken is None:
+        return
+    try:
+        _give_back(taken)
+    except Unavailable:
+        log.error("could not give back the use %s of campaign %s (Redis unavailable): verify_campaign reports it "
+                  "as taken without a coupon", take_member(taken), taken.campaign_id)
+
+
+def code_uses_give_back_orphans(campaign: Campaign, members: list[str]) -> int:
+    """Give back the uses of a shared code taken in Redis whose coupon PostgreSQL does not hold, each checked
+    under its use's lock (so no request of that use is running): requests that died between their take and
+    their coupon (reconciliation). Return how many were given back. Raise Unavailable."""
+    given = 0
+    for member in members:
+        claim_id, _, user_id = member.rpartition("/")
+        if not claim_id.startswith(f"{SHARED_USE}{campaign.pk}:"):
+            continue
+        with transaction.atomic():
+            _lock(claim_id.rpartition(":")[0] + ":")
+            if Coupon.objects.filter(claim_id=claim_id).exists():
+                continue
+            try:
+                result = redis_state.run_code_give_back(campaign_id=campaign.pk, user_id=user_id, member=member)
+            except redis_state.StoreUnavailable as exc:
+                raise Unavailable() from exc
+            given += result == redis_state.RestockResult.RESTOCKED
+    return given
+
+
+def _unique_use(code: str, user_id: str, decide: Decide, *, new_use: Order, source: str) -> UseOutcome:
+    """Bind a unique code nobody holds yet to this shopper (the first to use it) and decide on its coupon.
+
+    The coupon's code is the unique code (unique in PostgreSQL: of shoppers typing it at once, one insert
+    wins, the others wait for it and fail), and the code row is bound by a conditional UPDATE (holder_id IS
+    NULL). A shopper's unique codes of a campaign are counted against its per-user limit under a transaction
+    lock of (campaign, shopper)."""
+    row = UniqueCode.objects.select_related("campaign").filter(code=code).first()
+    now = timezone.now()
+    if row is None or row.holder_id is not None or row.campaign.state_at(now) != CampaignState.LIVE:
+        raise NotFound("No such coupon.")
+    campaign = row.campaign
+    try:
+        with transaction.atomic():
+            _lock(f"u:{campaign.pk}:{user_id}")
+            if Coupon.objects.filter(campaign=campaign, user_id=user_id).count() >= campaign.per_user_limit:
+                return refused(UseCode.LIMIT_REACHED)
+            valid_from, expires_at = campaign.coupon_validity(now)
+            coupon = Coupon(code=row.code, campaign=campaign, user_id=user_id, claim_id=f"{UNIQUE_USE}{row.pk}",
+                            valid_from=valid_from, expires_at=expires_at)
+            refusal = _refusal_for_use(coupon, new_use, user_id, now)
+            if refusal is not None:
+                return refusal
+            coupon.save(force_insert=True)
+            CouponEvent.objects.create(coupon_id=coupon.pk, campaign_id=campaign.pk, type=CouponEventType.ISSUED,
+                                       source=source, data={"unique_code": row.pk, "order_id": new_use.order_id})
+            if not UniqueCode.objects.filter(pk=row.pk, holder_id__isnull=True).update(
+                    holder_id=user_id, coupon=coupon, held_at=now):
+                raise IntegrityError("the unique code was bound meanwhile")
+            outcome = decide(coupon, now)
+            if outcome is None or outcome.code != 0:
+                raise _Undone(outcome)
+            return outcome
+    except _Undone as undone:
+        if undone.outcome is None:
+            raise Contention() from None
+        return undone.outcome
+    except IntegrityError:
+        pass  # another request bound it first: if it was this shopper's, the code is now theirs (path a)
+    if Coupon.objects.filter(code=row.code, user_id=user_id).exists():
+        return _retrying(lambda: coupon_owned_by(code=row.code, user_id=user_id), decide)
+    raise NotFound("No such coupon.")
 
 
 def coupon_revoke(*, coupon: Coupon, source: str, reason: str, restocked: bool = False) -> UseOutcome:

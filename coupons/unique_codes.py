@@ -22,6 +22,7 @@ from functools import cache
 from django.conf import settings
 
 from .codes import ALPHABET, GROUP_LENGTH
+from .models import UniqueCode
 
 PREFIX_RE = re.compile(r"[A-Z0-9]{1,16}")
 SERIAL_SYMBOLS = 6
@@ -86,3 +87,16 @@ def canonical_unique_code(text: str) -> str | None:
     if not hmac.compare_digest(body[SERIAL_SYMBOLS:], _symbols(_mac(prefix, serial), MAC_SYMBOLS)):
         return None
     return f"{prefix}-{_grouped(body)}" if prefix else _grouped(body)
+
+
+_IMPORTED_RE = re.compile(r"[A-Z0-9-]{4,40}")
+
+
+def unique_code_lookup(text: str) -> str | None:
+    """Return the stored code of the imported unique code `text` stands for, or None: the one place a typed code
+    that is not MAC-valid (legacy codes from an operator's file carry no MAC of ours) is looked up in PostgreSQL.
+    For now an imported code is looked up as typed, upper case (its import stores it so)."""
+    code = text.strip().upper()
+    if not code.isascii() or not _IMPORTED_RE.fullmatch(code):
+        return None
+    return UniqueCode.objects.filter(code=code).values_list("code", flat=True).first()

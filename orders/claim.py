@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from campaigns import redis_state
 from campaigns.errors import CampaignStateLost
-from campaigns.models import Campaign
+from campaigns.models import Campaign, CampaignKind
 from campaigns.redis_state import ClaimCode, ClaimOutcomeUnknown, StoreUnavailable
 from campaigns.services import campaign_preheat
 from core.errors import NotFound, RateLimited, Unavailable
@@ -74,7 +74,10 @@ def _campaign_facts(campaign_id: int) -> _CampaignFacts:
     # The claim's fast path skips Django's request cycle, which would retire broken or stale connections.
     if not connection.in_atomic_block:
         close_old_connections()
-    row = Campaign.objects.published().filter(pk=campaign_id).values("ends_at", "preheated_at").first()
+    # A codes campaign can't be claimed (its codes are typed at checkout): the same 404 as an unknown campaign.
+    # Redis holds no stock for it (its shared code's uses are another key), so the script sends it here.
+    row = (Campaign.objects.published().filter(pk=campaign_id).exclude(kind=CampaignKind.CODES)
+           .values("ends_at", "preheated_at").first())
     facts = (
         _CampaignFacts(exists=False)
         if row is None

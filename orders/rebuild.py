@@ -16,6 +16,8 @@ from campaigns.errors import CampaignStateLost
 from campaigns.models import Campaign
 from campaigns.rebuild import ClaimRecords, RepairBusy, campaign_repair_lock, campaign_state_rebuild
 from campaigns.services import campaign_preheat
+from coupons.models import Coupon, CouponStatus
+from coupons.services import SHARED_USE
 
 from .drain import drain_campaign
 from .models import Claim, ClaimStatus
@@ -36,6 +38,10 @@ def campaign_rebuild(*, campaign: Campaign) -> int:
             return campaign_preheat(campaign=campaign).remaining
         except CampaignStateLost:
             pass
+        if campaign.is_codes:  # no ledger: its uses are written straight to PostgreSQL
+            stock = campaign_state_rebuild(campaign=campaign, claims=_use_records(campaign))
+            forget_sold_out(campaign.pk)
+            return stock
         drain_campaign(campaign_id=campaign.pk, reclaim_idle_ms=0, max_seconds=600)
         stock = campaign_state_rebuild(campaign=campaign, claims=_claim_records(campaign))
         forget_sold_out(campaign.pk)
@@ -63,3 +69,16 @@ def _claim_records(campaign: Campaign) -> ClaimRecords:
              for user_id, digest, claim_id in rows.values_list("user_id", "key_digest", "claim_id")]
     return ClaimRecords(per_user=counts, cancelled=cancelled, last_ledger_id=f"{last[0]}-{last[1]}" if last else "0-0",
                         keyed=keyed)
+
+
+def _use_records(campaign: Campaign) -> ClaimRecords:
+    """A codes campaign's uses of its shared code that hold a unit (their coupons not revoked): per shopper, and
+    the members of the takes. A use whose request died between its take and its coupon is not among them: the
+    rebuilt Redis has that unit back."""
+    live = list(Coupon.objects.filter(campaign=campaign, claim_id__startswith=SHARED_USE)
+                .exclude(status=CouponStatus.REVOKED).values_list("claim_id", "user_id"))
+    counts: dict[str, int] = {}
+    for _, user_id in live:
+        counts[user_id] = counts.get(user_id, 0) + 1
+    return ClaimRecords(per_user=counts, cancelled=[], last_ledger_id="0-0", keyed=[],
+                        takes=[f"{claim_id}/{user_id}" for claim_id, user_id in live])

@@ -18,6 +18,7 @@ from django.utils import timezone
 from campaigns import redis_state
 from campaigns.models import Campaign
 from campaigns.rebuild import campaign_repair_lock
+from coupons.services import code_uses_give_back_orphans
 
 from .cancel import persist_cancelled_entry
 from .drain import persist_entries
@@ -87,9 +88,14 @@ def _repair(campaign: Campaign, balance: Balance) -> list[str]:
              if redis_state.compare_and_set(key=keys.users, field=u, expected=seen, new=expected)]
     if fixed:
         repairs.append(f"set the per-user counts of {len(fixed)} shoppers to their claims: {fixed[:10]}")
+    if balance.orphan_takes:
+        given = code_uses_give_back_orphans(campaign, balance.orphan_takes)
+        if given:
+            repairs.append(f"gave back {given} uses taken in Redis whose coupon was never written")
     if balance.remaining is not None and balance.drift is not None and balance.drift < 0:
         target = balance.remaining + balance.drift  # drift < 0: Redis would sell more than exists
-        if redis_state.compare_and_set(key=keys.stock, field=None, expected=balance.remaining, new=max(target, 0)):
+        if redis_state.compare_and_set(key=keys.left(codes=campaign.is_codes), field=None,
+                                       expected=balance.remaining, new=max(target, 0)):
             repairs.append(f"lowered the stock from {balance.remaining} to {max(target, 0)} (total - claims)")
     return repairs
 

@@ -162,6 +162,9 @@ def test_demo_creates_a_live_campaign_and_an_operator_once(tmp_path, monkeypatch
 
     campaign = Campaign.objects.get(pk=first["id"])
     assert first["id"] == second["id"] and campaign.state == CampaignState.LIVE
+    code_campaign = Campaign.objects.get(pk=first["code_campaign"])
+    assert first["code_campaign"] == second["code_campaign"] and code_campaign.state == CampaignState.LIVE
+    assert (code_campaign.kind, code_campaign.code, first["code"]) == ("codes", "SAVE50", "SAVE50")
     assert campaign.ends_at > timezone.now()
     from django.contrib.auth import get_user_model
 

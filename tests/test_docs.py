@@ -353,7 +353,7 @@ def test_the_schemas_patterns_are_the_validators_own_expressions(schema) -> None
     from core.auth import TOKEN_RE, USER_ID_RE
     from core.http import ID_RE, IDEMPOTENCY_KEY_RE
     from coupons.apis import ORDER_ID_RE
-    from coupons.codes import CODE_RE
+    from coupons.services import TYPED_CODE_RE
     from orders.ledger import CLAIM_ID_RE
 
     def pattern(regex: Any) -> str:
@@ -376,7 +376,7 @@ def test_the_schemas_patterns_are_the_validators_own_expressions(schema) -> None
         assert parameter(schema, method, path, "path", "claim_id")["schema"]["pattern"] == pattern(CLAIM_ID_RE)
     for action in actions:
         path = f"/api/v1/coupons/{{code}}/{action}"
-        assert parameter(schema, "post", path, "path", "code")["schema"]["pattern"] == pattern(CODE_RE)
+        assert parameter(schema, "post", path, "path", "code")["schema"]["pattern"] == pattern(TYPED_CODE_RE)
         body = component(schema, f"{action.title()}RequestRequest")
         assert body["properties"]["order_id"]["pattern"] == pattern(ORDER_ID_RE)
         assert "order_id" in body["required"]

@@ -179,6 +179,8 @@ COUPONS_TRUSTED_PROXIES = [n.strip() for n in env("COUPONS_TRUSTED_PROXIES", "12
                            if n.strip()]
 # Unknown coupon codes one shopper may try per minute on redeem/reserve/confirm/release before a 429.
 COUPONS_CODE_MISSES_PER_MINUTE = env_int("COUPONS_CODE_MISSES_PER_MINUTE", 20)
+# ... and from one client address (core.http.client_ip), whichever shoppers it sends them as.
+COUPONS_CODE_MISSES_PER_IP_PER_MINUTE = env_int("COUPONS_CODE_MISSES_PER_IP_PER_MINUTE", 100)
 
 # Campaign keys live until the campaign's end plus this grace (PEXPIREAT), long enough to drain the ledger.
 COUPONS_KEY_GRACE_SECONDS = env_int("COUPONS_KEY_GRACE_SECONDS", 7 * 86400)

@@ -32,7 +32,9 @@
     not_yet_valid: "This coupon can't be used yet: its validity starts later.",
     revoked: "This coupon was cancelled.",
     not_eligible: "This coupon is for new shoppers only.",
-    on_hold: "This coupon is held for another order that is awaiting payment."
+    on_hold: "This coupon is held for another order that is awaiting payment.",
+    limit_reached: "You have used this code as many times as one shopper may.",
+    sold_out: "This code has been used up."
   };
   var HTTP_WORDS = {
     0: "Can't reach the shop: check that the server is running.",
@@ -187,6 +189,7 @@
     $("shopper-id").textContent = demoUnavailable ? "no demo shopper" : shopper ? shopper.user_id : "…";
     $("new-shopper").disabled = demoUnavailable || !shopper;
     $("checkout-amount").disabled = demoUnavailable;
+    $("checkout-code").disabled = demoUnavailable;
   }
 
   function startShopper(fresh) {
@@ -512,10 +515,15 @@
     onCouponChosen();
   }
 
+  function typedCode() { return $("checkout-code").value.trim(); }
+
   function onCouponChosen() {
     var coupon = findCoupon($("checkout-coupon").value);
-    $("checkout-currency").textContent = coupon ? coupon.currency : "—";
-    $("checkout-submit").disabled = !coupon || coupon.status !== "active" || !!$("checkout").dataset.busy;
+    var typed = typedCode();
+    // A typed code (a shared code such as SAVE50, or a unique code) goes before the chosen coupon.
+    $("checkout-currency").textContent = typed ? "CNY" : (coupon ? coupon.currency : "—");
+    $("checkout-submit").disabled = (!typed && (!coupon || coupon.status !== "active")) ||
+      !!$("checkout").dataset.busy;
   }
 
   function resetCheckoutResult() {
@@ -537,9 +545,12 @@
 
   function checkout(event) {
     event.preventDefault();
-    var coupon = findCoupon($("checkout-coupon").value);
+    var typed = typedCode();
+    var coupon = typed ? null : findCoupon($("checkout-coupon").value);
+    var code = typed || (coupon && coupon.code);
+    var currency = coupon ? coupon.currency : "CNY"; // the demo's campaigns are in CNY
     var amount = $("checkout-amount").value.trim();
-    if (!coupon) return;
+    if (!code) return;
     if (!amount) {
       showCheckoutResult("refused", "Type the order amount first, e.g. 350.00.", "");
       return;
@@ -549,20 +560,20 @@
     $("checkout-submit").disabled = true;
     $("checkout-submit").textContent = "Paying…";
     var order = { order_id: "demo-" + Date.now() + "-" + randomId().slice(0, 6), order_amount: amount,
-      currency: coupon.currency };
+      currency: currency };
     // One Idempotency-Key per click: a retry of this click can't use the coupon twice.
-    api("POST", "/coupons/" + encodeURIComponent(coupon.code) + "/redeem",
+    api("POST", "/coupons/" + encodeURIComponent(code) + "/redeem",
       { body: order, idempotencyKey: "pay-" + randomId() }).then(function (answer) {
       var data = answer.data;
       if (answer.http === 200 && data.code === 0) {
         showCheckoutResult("ok", USE_WORDS.redeemed + " Order " + order.order_id + ".", slug(200, data), {
-          order: money(amount, coupon.currency),
-          discount: money(data.discount, coupon.currency),
-          payable: money(data.payable, coupon.currency)
+          order: money(amount, currency),
+          discount: money(data.discount, currency),
+          payable: money(data.payable, currency)
         });
       } else if (answer.http === 200) {
         var words = USE_WORDS[data.status] || data.detail || "The coupon was not applied.";
-        if (data.status === "min_spend_not_met") {
+        if (data.status === "min_spend_not_met" && coupon) {
           words = "The order is below this coupon's minimum spend of " + money(coupon.min_spend, coupon.currency) +
             ": add " + money((parseFloat(coupon.min_spend) - parseFloat(amount)).toFixed(2), coupon.currency) +
             " more to use it.";
@@ -590,6 +601,7 @@
     showShopper();
     $("new-shopper").addEventListener("click", function () { startShopper(true); });
     $("checkout-coupon").addEventListener("change", onCouponChosen);
+    $("checkout-code").addEventListener("input", onCouponChosen);
     $("checkout").addEventListener("submit", checkout);
     refreshCampaigns();
     startShopper(false);

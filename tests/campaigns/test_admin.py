@@ -63,7 +63,7 @@ def test_the_change_page_shows_the_live_panel_and_the_burn_down_chart(admin_clie
 
 def test_a_draft_is_created_with_the_same_validation_messages_as_campaign_create(admin_client) -> None:
     now = timezone.localtime()
-    form = {"name": "Bad", "starts_at_0": now.strftime("%Y-%m-%d"), "starts_at_1": "12:00:00",
+    form = {"name": "Bad", "kind": "grab", "starts_at_0": now.strftime("%Y-%m-%d"), "starts_at_1": "12:00:00",
             "ends_at_0": now.strftime("%Y-%m-%d"), "ends_at_1": "11:00:00", "total_stock": "5",
             "per_user_limit": "1", "discount_type": "fixed", "discount_value": "10.00", "min_spend": "0",
             "currency": "CNY", "valid_days": "7", "audience": "all"}

@@ -20,7 +20,7 @@ from core.auth import mint_token
 from devstack import resolve, web_command
 
 from ..conftest import free_port, run_coroutine, serving
-from ..orders.claim_cases import CASES, call
+from ..orders.claim_cases import CASES, call, campaign_id_of, codes_campaign_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -59,12 +59,13 @@ def as_http_headers(meta: dict[str, str]) -> dict[str, str]:
 def test_the_served_claim_and_the_django_view_give_the_same_answer(http_server, live_campaign, case, campaign_id,
                                                                  headers, body) -> None:
     served, view_campaign = live_campaign(total_stock=5), live_campaign(total_stock=5)
+    codes = codes_campaign_for(campaign_id, live_campaign)
     meta = headers()
 
     status, response_headers, payload = send(
-        http_server, "POST", f"/api/v1/campaigns/{campaign_id.format(id=served.pk)}/claim",
+        http_server, "POST", f"/api/v1/campaigns/{campaign_id_of(campaign_id, served, codes)}/claim",
         headers={**as_http_headers(meta), "Content-Type": "application/json"}, body=body)
-    view = call(django_application, f"/api/v1/campaigns/{campaign_id.format(id=view_campaign.pk)}/claim",
+    view = call(django_application, f"/api/v1/campaigns/{campaign_id_of(campaign_id, view_campaign, codes)}/claim",
                 headers=meta, body=body)
 
     answer = json.loads(payload)

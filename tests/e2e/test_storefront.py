@@ -246,3 +246,31 @@ def test_the_demo_shopper_route_exists_only_where_allowed(settings_module, chang
                             timeout=60)
     assert result.returncode == 0, result.stderr[-2000:]
     assert f"ROUTES True {expected}" in result.stdout, result.stdout + result.stderr[-2000:]
+
+
+def test_a_shared_code_typed_at_the_pretend_checkout_is_used_once_per_shopper(
+    page: Page, storefront_server: str
+) -> None:
+    # Given a codes campaign whose shared code SAVE50 may be used twice in all, once per shopper
+    campaign = CampaignFactory(name="Type SAVE50", kind="codes", code="SAVE50", total_stock=2)
+    campaign_preheat(campaign=campaign)
+    page.goto(f"{storefront_server}/")
+    expect(page.get_by_test_id("shopper-id")).to_have_text(re.compile(r"^demo-[0-9a-f]{12}$"))
+    user_id = page.get_by_test_id("shopper-id").inner_text()
+
+    # When the demo shopper types it (any case) at the checkout and pays 350.00
+    page.get_by_test_id("checkout-code").fill("save50")
+    page.get_by_test_id("checkout-amount").fill("350.00")
+    page.get_by_test_id("checkout-submit").click()
+
+    # Then the discount is applied, and the use is the shopper's own coupon in PostgreSQL
+    expect(page.get_by_test_id("checkout-status")).to_have_text("redeemed (code 0)", timeout=TIMEOUT)
+    expect(page.get_by_test_id("checkout-discount")).to_have_text("50.00 CNY")
+    expect(page.get_by_test_id("checkout-payable")).to_have_text("300.00 CNY")
+    coupon = Coupon.objects.get(campaign=campaign)
+    assert (coupon.user_id, coupon.status, coupon.discount) == (user_id, CouponStatus.REDEEMED, Decimal("50.00"))
+
+    # And typing it again for another order is refused: one use per shopper
+    page.get_by_test_id("checkout-submit").click()
+    expect(page.get_by_test_id("checkout-status")).to_have_text("limit_reached (code 1)", timeout=TIMEOUT)
+    assert Coupon.objects.filter(campaign=campaign).count() == 1

@@ -31,8 +31,20 @@ def shopper(user: str) -> dict[str, str]:
     return {"HTTP_X_USER_ID": user, "HTTP_X_TOKEN": mint_token(user, ttl=600)}
 
 
+def codes_campaign_for(template: str, make: Any) -> Any:
+    """The live codes campaign a case claims ("{codes}": it can't be claimed, the same 404 as an unknown
+    campaign), made by `make` (the live_campaign fixture), or None."""
+    return make(kind="codes", code=None) if "{codes}" in template else None
+
+
+def campaign_id_of(template: str, campaign: Any, codes: Any) -> str:
+    """A case's campaign id: the test's campaign ("{id}"), its codes campaign ("{codes}"), or as given."""
+    return template.format(id=campaign.pk, codes=codes.pk if codes is not None else 0)
+
+
 # (case, campaign id ("{id}": the test's campaign), environ headers (made when the test runs), body)
 CASES = [
+    ("codes campaign", "{codes}", lambda: shopper("ann"), b"{}"),
     ("claimed", "{id}", lambda: shopper("ann"), b"{}"),
     ("with a key", "{id}", lambda: {**shopper("ann"), "HTTP_IDEMPOTENCY_KEY": "k1"}, b""),
     ("no token", "{id}", lambda: {"HTTP_X_USER_ID": "ann"}, b""),

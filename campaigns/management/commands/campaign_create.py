@@ -1,4 +1,5 @@
-"""python manage.py campaign_create --name NAME --stock N [...]: create a campaign; print one JSON line."""
+"""python manage.py campaign_create --name NAME --stock N [...] [--kind codes [--code SAVE50]]: create a campaign;
+print one JSON line."""
 from __future__ import annotations
 
 import json
@@ -10,7 +11,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
-from campaigns.models import Audience, DiscountType
+from campaigns.models import Audience, CampaignKind, DiscountType
 from campaigns.services import campaign_create
 from core.errors import ApplicationError
 
@@ -56,6 +57,8 @@ def campaign_summary(campaign: Any) -> dict[str, Any]:
         "total_stock": campaign.total_stock,
         "per_user_limit": campaign.per_user_limit,
         "published": campaign.published_at is not None,
+        "kind": campaign.kind,
+        "code": campaign.code,
     }
 
 
@@ -76,6 +79,11 @@ class Command(BaseCommand):
         validity.add_argument("--valid-until", help="ISO 8601: coupons valid until then (inclusive)")
         validity.add_argument("--valid-days", type=int, help="coupons valid N days after the claim")
         parser.add_argument("--audience", choices=[a.value for a in Audience], default=Audience.ALL)
+        parser.add_argument("--kind", choices=[k.value for k in CampaignKind], default=CampaignKind.GRAB,
+                            help="grab (shoppers claim coupons) or codes (codes typed at checkout)")
+        parser.add_argument("--code", help="a codes campaign's shared code, e.g. SAVE50 (4-32 of A-Z 0-9 -, any "
+                                           "case): --stock is then its total uses, --per-user-limit the uses "
+                                           "per shopper; without it, unique codes (codes_generate)")
         parser.add_argument("--publish", action="store_true", help="publish and load into Redis now")
 
     def handle(self, *args: Any, **opts: Any) -> None:
@@ -94,6 +102,8 @@ class Command(BaseCommand):
             raise CommandError("--per-user-limit: must be 1 or more")
         if opts["valid_days"] is not None and opts["valid_days"] < 1:
             raise CommandError("--valid-days: must be 1 or more")
+        if opts["code"] is not None and opts["kind"] != CampaignKind.CODES:
+            raise CommandError("--code: only with --kind codes")
         try:
             campaign = campaign_create(
                 name=opts["name"],
@@ -109,6 +119,8 @@ class Command(BaseCommand):
                 valid_until=valid_until,
                 valid_days=opts["valid_days"],
                 audience=opts["audience"],
+                kind=opts["kind"],
+                code=opts["code"],
                 publish=opts["publish"],
             )
         except ApplicationError as exc:

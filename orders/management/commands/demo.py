@@ -14,11 +14,13 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandParser
 from django.utils import timezone
 
-from campaigns.models import Campaign
+from campaigns.models import Campaign, CampaignKind
 from campaigns.services import campaign_create
 from core.auth import mint_token
 
 DEMO_NAME = "Demo flash sale: 50.00 off 300.00"
+DEMO_CODE_NAME = "Demo shared code SAVE50: 50.00 off 300.00 at checkout"
+DEMO_CODE = "SAVE50"
 OPERATOR = "operator"
 
 
@@ -37,6 +39,14 @@ class Command(BaseCommand):
                 name=DEMO_NAME, total_stock=opts["stock"], per_user_limit=1, starts_at=now,
                 ends_at=now + timedelta(days=7), discount_value=Decimal("50.00"), min_spend=Decimal("300.00"),
                 valid_days=30, publish=True,
+            )
+        code_campaign = Campaign.objects.published().with_shared_code(DEMO_CODE, at=now).filter(
+            starts_at__lte=now).first()
+        if code_campaign is None:
+            code_campaign = campaign_create(
+                name=DEMO_CODE_NAME, total_stock=opts["stock"], per_user_limit=1, starts_at=now,
+                ends_at=now + timedelta(days=7), discount_value=Decimal("50.00"), min_spend=Decimal("300.00"),
+                valid_days=30, kind=CampaignKind.CODES, code=DEMO_CODE, publish=True,
             )
         data_dir = Path(os.environ.get("COUPONRUSH_DATA_DIR") or settings.BASE_DIR / "var")
         password_file = data_dir / "demo-operator.txt"
@@ -59,6 +69,8 @@ class Command(BaseCommand):
         lines = [
             "",
             f"Demo campaign #{campaign.pk}: {campaign.name} (stock {campaign.total_stock}, 1 per shopper)",
+            f"Demo shared code {code_campaign.code} (campaign #{code_campaign.pk}): {code_campaign.total_stock} "
+            "uses, 1 per shopper, typed at checkout",
             f"Operator console: {base}/{settings.ADMIN_URL}  user {OPERATOR}  password {password}",
             f"API docs:         {base}/api/docs/",
             "",
@@ -67,8 +79,12 @@ class Command(BaseCommand):
             f"  curl -s -X POST {headers} -H 'Idempotency-Key: try-1' {base}/api/v1/campaigns/{campaign.pk}/claim",
             f"  curl -s {headers} {base}/api/v1/claims/CLAIM_ID_FROM_ABOVE",
             f"  curl -s {headers} {base}/api/v1/me/coupons",
+            f"  curl -s -X POST {headers} -H 'Idempotency-Key: code-1' -H 'Content-Type: application/json' "
+            f"-d '{{\"order_id\": \"A-1001\", \"order_amount\": \"350.00\", \"currency\": \"CNY\"}}' "
+            f"{base}/api/v1/coupons/{code_campaign.code}/redeem",
             f"  python manage.py verify_campaign {campaign.pk}",
             "",
         ]
         self.stdout.write("\n".join(lines))
-        self.stdout.write(json.dumps({"id": campaign.pk, "operator": OPERATOR, "shopper": shopper}))
+        self.stdout.write(json.dumps({"id": campaign.pk, "code_campaign": code_campaign.pk, "code": code_campaign.code,
+                                      "operator": OPERATOR, "shopper": shopper}))

@@ -1,0 +1,202 @@
+"""One shared code typed by 100 shoppers at once (issue 19): uses/s of coupons.services.coupon_redeem with the
+code's uses taken in Redis (code_take.lua, the service as it is) beside the same uses with the limit on one
+PostgreSQL row (the naive way: a conditional UPDATE of one counter row in the use's transaction, so its lock is
+held until the commit), and whether the cap held exactly.
+
+    .venv/bin/python bench/shared_code.py [--connections 100] [--processes 4] [--stock 20000]
+
+Stores: DATABASE_URL / REDIS_URL, or embedded servers under var/bench/ (bench/common.py). The shoppers are
+threads in --processes processes (each thread its own PostgreSQL connection), calling the service function
+directly (no HTTP, no Idempotency-Key record): every thread redeems the code for new shoppers until it is
+sold out. Prints one JSON line per mode and a summary line; the figures are ratios of one run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import (  # noqa: E402
+    BASE_DIR,
+    BenchError,
+    child_env,
+    log,
+    manage,
+    run_step,
+    set_name,
+    start_stores,
+)
+
+CODE = "BENCH50"
+NAIVE_TABLE = "bench_code_counter"
+
+
+def parse() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--connections", type=int, default=100, help="shoppers at once (threads in all)")
+    parser.add_argument("--processes", type=int, default=4)
+    parser.add_argument("--stock", type=int, default=20000, help="uses of the code (each mode sells them out)")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)  # "<mode>:<campaign>:<index>:<threads>:<start at>"
+    return parser.parse_args()
+
+
+# --- a worker process: threads redeeming the code until it is sold out ----------------------------------
+
+
+def worker(spec: str) -> None:
+    import django
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.dev")
+    django.setup()
+    from decimal import Decimal
+
+    from django.db import connection, connections
+
+    from campaigns.models import Campaign
+    from coupons import services
+
+    mode, campaign_id, index, threads, start_at = spec.split(":")
+    campaign = Campaign.objects.get(pk=int(campaign_id))
+    if mode == "postgres":
+        def take_on_one_row(campaign: Any, coupon: Any) -> Any:
+            with connection.cursor() as cursor:  # the use's transaction holds this row's lock until it commits
+                cursor.execute(f"UPDATE {NAIVE_TABLE} SET uses_left = uses_left - 1 "  # noqa: S608 (constant)
+                               "WHERE campaign_id = %s AND uses_left > 0", [campaign.pk])
+                if cursor.rowcount == 0:
+                    return services.refused(services.UseCode.SOLD_OUT)
+            return None
+
+        services._take = take_on_one_row  # type: ignore[assignment]
+        services._give_back_after_failure = lambda taken: None  # the rollback gives the row's unit back
+
+    counts = {"redeemed": 0, "sold_out": 0, "other": 0, "errors": 0}
+    lock = threading.Lock()
+    last_use = [0.0]
+
+    def run(t: int) -> None:
+        connection.ensure_connection()
+        time.sleep(max(0.0, float(start_at) - time.time()))
+        n = 0
+        while True:
+            n += 1
+            user = f"w{index}-{t}-{n}"
+            try:
+                outcome = services.coupon_redeem(user_id=user, code=CODE, order=services.Order(
+                    f"o-{user}", Decimal("350.00"), "CNY"))
+                status = outcome.status if outcome.status in counts else "other"
+            except Exception:  # noqa: BLE001 (counted and reported)
+                status = "errors"
+            with lock:
+                counts[status] += 1
+                if status == "redeemed":
+                    last_use[0] = time.time()
+            if status == "sold_out":
+                break
+        connections.close_all()
+
+    pool = [threading.Thread(target=run, args=(t,)) for t in range(int(threads))]
+    for thread in pool:
+        thread.start()
+    for thread in pool:
+        thread.join()
+    print(json.dumps({**counts, "last_use": last_use[0]}), flush=True)
+    del campaign
+
+
+# --- the driver ------------------------------------------------------------------------------------------
+
+
+def create_campaign(env: dict[str, str], stock: int, code: str) -> int:
+    out = run_step("campaign_create", manage("campaign_create", "--name", f"bench {code}", "--stock", str(stock),
+                                             "--kind", "codes", "--code", code, "--ends", "+2h", "--publish"), env)
+    return int(json.loads(out.stdout.decode().strip().splitlines()[-1])["id"])
+
+
+def round_of(mode: str, args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
+    import psycopg
+
+    from bench.naive_claim import connect_params
+
+    with psycopg.connect(**connect_params(env["DATABASE_URL"]), autocommit=True) as db:
+        # a fresh code each round: the previous round's campaign is ended first (its code is then free)
+        db.execute("UPDATE campaigns_campaign SET ends_at = now() WHERE code = %s AND ends_at > now()", [CODE])
+    campaign_id = create_campaign(env, args.stock, CODE)
+    with psycopg.connect(**connect_params(env["DATABASE_URL"]), autocommit=True) as db:
+        db.execute(f"CREATE TABLE IF NOT EXISTS {NAIVE_TABLE} (campaign_id bigint PRIMARY KEY, uses_left integer)")
+        db.execute(f"INSERT INTO {NAIVE_TABLE} VALUES (%s, %s) ON CONFLICT (campaign_id) DO UPDATE "  # noqa: S608
+                   "SET uses_left = EXCLUDED.uses_left", [campaign_id, args.stock])
+    per = [args.connections // args.processes + (i < args.connections % args.processes) for i in range(args.processes)]
+    start_at = time.time() + 3.0
+    procs = [subprocess.Popen([sys.executable, __file__, "--worker", f"{mode}:{campaign_id}:{i}:{n}:{start_at}"],
+                              cwd=BASE_DIR, env=env, stdout=subprocess.PIPE) for i, n in enumerate(per)]
+    reports = [json.loads(p.communicate()[0].decode().strip().splitlines()[-1]) for p in procs]
+    seconds = max(r["last_use"] for r in reports) - start_at
+    redeemed = sum(r["redeemed"] for r in reports)
+    with psycopg.connect(**connect_params(env["DATABASE_URL"]), autocommit=True) as db:
+        rows = db.execute("SELECT count(*) FROM coupons_coupon WHERE campaign_id = %s AND status = 'redeemed'",
+                          [campaign_id]).fetchone()
+    verified = None
+    if mode == "redis":
+        try:
+            run_step("verify_campaign", manage("verify_campaign", str(campaign_id)), env)
+            verified = True
+        except BenchError as exc:
+            log(str(exc))
+            verified = False
+    result = {
+        "mode": mode, "campaign": campaign_id, "connections": args.connections, "processes": args.processes,
+        "stock": args.stock, "redeemed": redeemed, "redeemed_rows": rows[0] if rows else None,
+        "sold_out_answers": sum(r["sold_out"] for r in reports), "errors": sum(r["errors"] for r in reports),
+        "seconds": round(seconds, 2), "uses_per_second": round(redeemed / seconds) if seconds > 0 else None,
+        "cap_exact": redeemed == args.stock == (rows[0] if rows else -1),
+        "verify_balanced": verified,
+    }
+    print(json.dumps(result), flush=True)
+    return result
+
+
+def main() -> None:
+    args = parse()
+    if args.worker:
+        worker(args.worker)
+        return
+    set_name("shared_code")
+    stores = start_stores()
+    try:
+        env = child_env(stores, "bench-secret-" + "x" * 20)
+        env["COUPONS_CODE_MISSES_PER_MINUTE"] = "1000000"
+        run_step("migrate", manage("migrate", "--noinput"), env)
+        import psycopg
+
+        from bench.naive_claim import connect_params
+
+        with psycopg.connect(**connect_params(env["DATABASE_URL"]), autocommit=True) as db:
+            limit = int(db.execute("SHOW max_connections").fetchone()[0])  # type: ignore[index]
+        if limit < args.connections + 10 and stores.embedded:  # our own embedded server: allow more
+            with psycopg.connect(**connect_params(env["DATABASE_URL"]), autocommit=True) as db:
+                db.execute(f"ALTER SYSTEM SET max_connections = {args.connections + 50}")
+            stores.embedded[0].stop()
+            stores.embedded[0].start()
+            limit = args.connections + 50
+        if limit < args.connections + 10:
+            raise SystemExit(f"PostgreSQL allows {limit} connections; --connections {args.connections} needs "
+                             f"{args.connections + 10} (ALTER SYSTEM SET max_connections, restart)")
+        redis_round = round_of("redis", args, env)
+        postgres_round = round_of("postgres", args, env)
+        log(f"shared code, {args.connections} shoppers at once: Redis script {redis_round['uses_per_second']} "
+            f"uses/s (cap exact: {redis_round['cap_exact']}), one PostgreSQL row "
+            f"{postgres_round['uses_per_second']} uses/s (cap exact: {postgres_round['cap_exact']})")
+    finally:
+        stores.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -19,6 +19,7 @@ from django.utils import timezone
 from core.tracing import span
 
 from . import metrics
+from .events_out import bulk_ctes
 from .models import Coupon, CouponEvent, CouponEventType, CouponStatus, SweepCursor
 from .replay import disagreements, fold
 
@@ -37,6 +38,11 @@ SWEEP_CONNECTIONS = 2
 DRIFT_SCAN_PER_RUN = 20_000
 _COUPON = Coupon._meta.db_table
 _EVENT = CouponEvent._meta.db_table
+# Their webhooks (coupons.events_out): one outbox INSERT ... SELECT per batch, in the batch's statement.
+_LAPSED_OUT = bulk_ctes("lapsed_out", event="hold_lapsed", source="lapsed l JOIN due d USING (id)", alias="l",
+                        status="active", extra="|| jsonb_build_object('order_id', d.order_id, 'hold_until', "
+                        "d.hold_until, 'reason', 'hold_lapsed')")
+_EXPIRED_OUT = bulk_ctes("expired_out", event="expired", source="expired x", alias="x", status="expired")
 
 _LAPSE_SQL = f"""
 WITH due AS (
@@ -50,13 +56,13 @@ WITH due AS (
     SET status = 'active', order_id = NULL, hold_until = NULL, discount = NULL, order_amount = NULL,
         version = c.version + 1, updated_at = now()
     WHERE c.id = ANY (ARRAY(SELECT id FROM due)) AND c.status = 'held'
-    RETURNING c.id, c.campaign_id
+    RETURNING c.id, c.campaign_id, c.code, c.user_id, c.valid_from, c.expires_at
 ), events AS (
     INSERT INTO {_EVENT} (coupon_id, campaign_id, type, data, source, created_at)
     SELECT l.id, l.campaign_id, 'hold_lapsed', jsonb_build_object('order_id', d.order_id, 'hold_until', d.hold_until),
            'compensation', clock_timestamp()
     FROM lapsed l JOIN due d USING (id)
-)
+){_LAPSED_OUT}
 SELECT (SELECT count(*) FROM lapsed), (SELECT count(*) FROM due),
        (SELECT hold_until FROM due ORDER BY hold_until DESC, id DESC LIMIT 1),
        (SELECT id FROM due ORDER BY hold_until DESC, id DESC LIMIT 1)
@@ -75,12 +81,12 @@ WITH due AS (
 ), expired AS (
     UPDATE {_COUPON} c SET status = 'expired', version = c.version + 1, updated_at = now()
     WHERE c.id = ANY (ARRAY(SELECT id FROM due)) AND c.status = 'active'
-    RETURNING c.id, c.campaign_id, c.expires_at
+    RETURNING c.id, c.campaign_id, c.expires_at, c.code, c.user_id, c.valid_from
 ), events AS (
     INSERT INTO {_EVENT} (coupon_id, campaign_id, type, data, source, created_at)
     SELECT id, campaign_id, 'expired', jsonb_build_object('expires_at', expires_at), 'compensation', clock_timestamp()
     FROM expired
-)
+){_EXPIRED_OUT}
 SELECT (SELECT count(*) FROM expired), (SELECT count(*) FROM due),
        (SELECT expires_at FROM due ORDER BY expires_at DESC, id DESC LIMIT 1),
        (SELECT id FROM due ORDER BY expires_at DESC, id DESC LIMIT 1)

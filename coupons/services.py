@@ -26,6 +26,7 @@ from core.errors import ApplicationError, NotFound, Unavailable
 from core.locks import AdvisoryLock
 
 from .codes import new_codes, normalize_code
+from .events_out import coupon_event_out
 from .models import Coupon, CouponEvent, CouponEventType, CouponStatus, UniqueCode
 from .outcomes import UseCode, UseOutcome, done, jsonable, refused
 from .unique_codes import canonical_unique_code, unique_code_lookup
@@ -102,6 +103,7 @@ def _transition(
         return False
     CouponEvent.objects.create(coupon_id=coupon.pk, campaign_id=coupon.campaign_id, type=event, source=source,
                                data={k: jsonable(v) for k, v in data.items()})
+    coupon_event_out(coupon, event, data, status=to)  # its webhook, in this transaction
     coupon.status = to
     coupon.version += 1
     for name, value in fields.items():
@@ -427,6 +429,8 @@ def _shared_use(campaign: Campaign, user_id: str, order_id: str, decide: Decide,
                 coupon.save(force_insert=True)
                 CouponEvent.objects.create(coupon_id=coupon.pk, campaign_id=campaign.pk, type=CouponEventType.ISSUED,
                                            source=source, data={"code": campaign.code, "order_id": order_id})
+                coupon_event_out(coupon, "issued", {"shared_code": campaign.code, "order_id": order_id},
+                                 status="active")
                 outcome = decide(coupon, now)
                 if outcome is None or outcome.code != 0:
                     raise _Undone(outcome)
@@ -535,6 +539,7 @@ def _unique_use(code: str, user_id: str, decide: Decide, *, new_use: Order, sour
             coupon.save(force_insert=True)
             CouponEvent.objects.create(coupon_id=coupon.pk, campaign_id=campaign.pk, type=CouponEventType.ISSUED,
                                        source=source, data={"unique_code": row.pk, "order_id": new_use.order_id})
+            coupon_event_out(coupon, "issued", {"unique_code": row.pk, "order_id": new_use.order_id}, status="active")
             if not UniqueCode.objects.filter(pk=row.pk, holder_id__isnull=True).update(
                     holder_id=user_id, coupon=coupon, held_at=now):
                 raise IntegrityError("the unique code was bound meanwhile")

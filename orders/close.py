@@ -5,9 +5,11 @@ from django.db import transaction
 from django.db.models import Count
 from django.utils import timezone
 
+from campaigns.events_out import campaign_event_out
 from campaigns.models import Campaign, CampaignEvent, CampaignEventType
 from campaigns.redis_state import StoreUnavailable
 from coupons.models import Coupon
+from webhooks.models import EventType
 
 from . import ledger
 from .verify import campaign_verify
@@ -35,5 +37,7 @@ def campaign_close(*, campaign: Campaign) -> CampaignEvent | None:
                        .values_list("status", "n"))
         figures = {"total_stock": locked.total_stock, "remaining": balance.remaining, "claims": balance.claims,
                    "given_back": balance.restocked, "balanced": balance.balanced, "coupons": coupons}
-        return CampaignEvent.objects.create(campaign=locked, type=CampaignEventType.CLOSED, actor="housekeeping",
-                                            data=figures)
+        closed = CampaignEvent.objects.create(campaign=locked, type=CampaignEventType.CLOSED, actor="housekeeping",
+                                              data=figures)
+        campaign_event_out(locked, EventType.CAMPAIGN_ENDED, {"figures": figures})  # its webhook, same transaction
+        return closed

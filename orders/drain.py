@@ -18,9 +18,11 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 
+from campaigns.events_out import campaign_sold_out_check
 from campaigns.models import Campaign
 from core.tracing import span
 from coupons.codes import new_codes
+from coupons.events_out import bulk_ctes
 from coupons.models import Coupon, CouponEvent, CouponEventType, CouponStatus
 
 from . import ledger, metrics
@@ -42,6 +44,10 @@ class DrainReport:
     reclaimed: int = 0
     caught_up: bool = False  # the ledger had nothing new when the drain stopped
 
+
+# The coupons' coupon.issued webhooks (coupons.events_out): one outbox INSERT ... SELECT in the batch's statement.
+ISSUED_OUT = bulk_ctes("issued_out", event="issued", source="new_coupons n", alias="n", status="active",
+                       extra="|| jsonb_build_object('claim_id', n.claim_id)")
 
 # One statement per batch: insert the claims, then coupons for the claims that were new, then their
 # 'issued' events. ON CONFLICT DO NOTHING on the claim id makes a second delivery of an entry harmless.
@@ -73,8 +79,8 @@ WITH moments AS (
         (code, campaign_id, user_id, claim_id, status, valid_from, expires_at, version, created_at, updated_at)
     SELECT b.code, %s, b.user_id, b.claim_id, %s, b.valid_from, b.expires_at, 1, now(), now()
     FROM batch b JOIN new_claims n USING (claim_id)
-    RETURNING id, claim_id, user_id
-)
+    RETURNING id, claim_id, user_id, code, campaign_id, valid_from, expires_at
+){ISSUED_OUT}
 INSERT INTO {CouponEvent._meta.db_table} (coupon_id, campaign_id, type, data, source, created_at)
 SELECT id, %s, %s, jsonb_build_object('claim_id', claim_id, 'user_id', user_id), 'drain', clock_timestamp()
 FROM new_coupons
@@ -176,6 +182,8 @@ def drain_campaign(
                 helper.join()
         if helper is not None:
             helper.merge_into(report)
+        if report.persisted and report.caught_up:
+            campaign_sold_out_check(campaign)  # campaign.sold_out, once, after the coupons' coupon.issued
         traced.set(read=report.read, persisted=report.persisted, batches=report.batches, reclaimed=report.reclaimed)
     return report
 

@@ -67,6 +67,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "drf_spectacular",
     "django_celery_beat",
+    "webhooks",
     "campaigns",
     "coupons",
     "orders",
@@ -193,6 +194,10 @@ COUPONS_DRAIN_TRIGGER_TTL_MS = 10_000
 # Acknowledged ledger entries stay this long, so reconciliation can re-persist a claim PostgreSQL lost.
 COUPONS_LEDGER_RETENTION_SECONDS = env_int("COUPONS_LEDGER_RETENTION_SECONDS", 600)
 
+# Webhooks (webhooks/): true lets endpoints be on loopback and private addresses (development and tests only; an
+# endpoint's URL and every delivery's resolved address are checked against them otherwise: SSRF).
+COUPONS_WEBHOOK_ALLOW_PRIVATE = env_bool("COUPONS_WEBHOOK_ALLOW_PRIVATE", False)
+
 # Celery: the broker defaults to the Redis server; results are not kept (tasks report through the DB).
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", REDIS_URL)
 if COUPONS_REDIS_CLUSTER:  # Celery and django-redis speak to one server, not to a cluster
@@ -233,6 +238,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "orders.tasks.housekeeping",
         "schedule": 60.0,
         "options": {"expires": 120},
+    },
+    "deliver-webhooks": {
+        "task": "webhooks.tasks.deliver_due",
+        "schedule": 5.0,
+        "options": {"expires": 10},
     },
     "preheat-due-campaigns": {
         "task": "orders.tasks.preheat_due_campaigns",

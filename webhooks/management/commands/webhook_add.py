@@ -1,0 +1,28 @@
+"""manage.py webhook_add URL --secret S [--events a,b]: register a webhook endpoint; prints {"id": ...}."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from core.errors import ApplicationError
+from webhooks.services import endpoint_add
+
+
+class Command(BaseCommand):
+    help = "Register a webhook endpoint (URL checked: private and loopback addresses refused); prints {\"id\": ...}."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("url")
+        parser.add_argument("--secret", required=True, help="the signing secret (8-200 printable characters)")
+        parser.add_argument("--events", default="", help="comma-separated event types (default: all)")
+        parser.add_argument("--description", default="")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            endpoint = endpoint_add(url=options["url"], secret=options["secret"],
+                                    event_types=options["events"].split(","), description=options["description"])
+        except ApplicationError as exc:
+            raise CommandError(exc.message) from None
+        self.stdout.write(json.dumps({"id": endpoint.pk, "url": endpoint.url, "events": endpoint.event_types}))

@@ -136,19 +136,19 @@ def post(url: str, body: bytes, headers: dict[str, str]) -> Answer:
 
 _D, _E = Delivery._meta.db_table, OutboxEvent._meta.db_table
 # The due heads: pending, due, and no older pending event of the same (endpoint, key). Locked with SKIP LOCKED
-# and leased in the same statement; a row another worker leased meanwhile fails `next_attempt_at <= now()` when
-# PostgreSQL re-reads it under the lock.
+# and leased in the same statement; a row another worker leased meanwhile fails the due test when PostgreSQL
+# re-reads it under the lock.
 _TAKE_SQL = f"""
 WITH due AS (
     SELECT d.id FROM {_D} d
-    WHERE d.state = 'pending' AND d.next_attempt_at <= now()
+    WHERE d.state = 'pending' AND d.next_attempt_at <= statement_timestamp()
       AND NOT EXISTS (SELECT 1 FROM {_D} p WHERE p.endpoint_id = d.endpoint_id AND p.key = d.key
                       AND p.state = 'pending' AND p.event_id < d.event_id)
     ORDER BY d.next_attempt_at, d.id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 )
-UPDATE {_D} d SET next_attempt_at = now() + %(lease)s, attempts = d.attempts + 1
+UPDATE {_D} d SET next_attempt_at = statement_timestamp() + %(lease)s, attempts = d.attempts + 1
 FROM due WHERE d.id = due.id AND d.state = 'pending'
 RETURNING d.id
 """

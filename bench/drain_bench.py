@@ -131,6 +131,17 @@ def check(campaign_id: int, claims: int) -> dict[str, Any]:
             "ok": ok}
 
 
+def webhook_endpoints(subscribed: bool) -> None:
+    """--webhook: one active endpoint subscribed to every type (nothing is delivered during the bench: the drain
+    only writes the outbox); without it, no active endpoint (the database may hold one of an earlier run)."""
+    from webhooks.models import WebhookEndpoint
+
+    WebhookEndpoint.objects.update(active=False)
+    if subscribed:
+        WebhookEndpoint.objects.create(url="http://127.0.0.1:9/drain-bench", secret="drain-bench-secret")
+    log(f"webhook endpoints: {'one subscribed to every type' if subscribed else 'none active'}")
+
+
 def bench(args: argparse.Namespace, stores: Stores) -> dict[str, Any]:
     loadavg = [round(x, 2) for x in os.getloadavg()]
     flush_redis(stores.redis_url, what="drain bench", allowed=True, force=args.force_flush)
@@ -141,13 +152,22 @@ def bench(args: argparse.Namespace, stores: Stores) -> dict[str, Any]:
     import django
 
     django.setup()
+    webhook_endpoints(args.webhook)
     filled = fill_ledger(campaign_id, args.claims, args.pipeline)
     drained = drain(stores.database_url, campaign_id, args)
     checks = check(campaign_id, args.claims)
+    if args.webhook:
+        from webhooks.models import Delivery, OutboxEvent
+
+        checks["outbox_events"] = OutboxEvent.objects.filter(campaign_id=campaign_id, type="coupon.issued").count()
+        checks["deliveries"] = Delivery.objects.filter(event__campaign_id=campaign_id).count()
+        log(f"webhooks: {checks['outbox_events']:,} coupon.issued outbox events, {checks['deliveries']:,} deliveries")
+        checks["ok"] = checks["ok"] and checks["outbox_events"] == args.claims
     return {"timestamp": datetime.now(UTC).isoformat(timespec="seconds"), "git": git_revision(),
             "host": {"cpus": os.cpu_count(), "loadavg_before": loadavg,
                      "loadavg_after": [round(x, 2) for x in os.getloadavg()], "python": platform.python_version()},
             "config": {"claims": args.claims, "batch_size_option": args.batch_size, "pipeline": args.pipeline,
+                       "webhook": args.webhook,
                        "database": redact(stores.database_url), "redis": redact(stores.redis_url),
                        "campaign": campaign_id},
             "fill": filled, **drained, "checks": checks}
@@ -162,6 +182,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--pipeline", type=int, default=500, help="claims per round trip when filling (500)")
     parser.add_argument("--force-flush", action="store_true", help="flush REDIS_URL's db even if not a bench's")
     parser.add_argument("--no-results", dest="results", action="store_false", help="do not write the JSON")
+    parser.add_argument("--webhook", action="store_true",
+                        help="an active webhook endpoint subscribed to every type: the drain writes the outbox too")
     args = parser.parse_args(argv)
     if args.claims < 1000 or (args.batch_size is not None and args.batch_size < 1):
         parser.error("--claims must be >= 1000, --batch-size >= 1")

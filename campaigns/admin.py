@@ -15,6 +15,7 @@ from core.errors import ApplicationError
 from coupons.extension import check_days, validity_extension_apply, validity_extension_begin
 from orders import ledger
 from orders.reconciliation import campaign_reconcile
+from orders.report_admin import CampaignReportMixin
 from orders.selectors import claims_issued_counts, claims_per_second, claims_timeline, latest_reconciliations
 
 from .charts import burndown_svg
@@ -96,7 +97,7 @@ class ExtendValidityForm(forms.Form):
 
 
 @admin.register(Campaign)
-class CampaignAdmin(admin.ModelAdmin):
+class CampaignAdmin(CampaignReportMixin):
     list_display = ["name", "kind", "code", "state_display", "window", "total_stock", "remaining_display",
                     "claims_issued", "drift_flag", "per_user_limit"]
     list_filter = [StateFilter, "kind", "starts_at", "ends_at"]

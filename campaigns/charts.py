@@ -43,3 +43,34 @@ def burndown_svg(*, total: int, start: datetime, bucket_seconds: int, counts: li
         total=total, ls=label_start, le=label_end, coords=mark_safe(coords), mid=WIDTH // 2, caption=caption,
         claimed=claimed,
     )
+
+
+def daily_bars_svg(*, days: list[str], series: dict[str, list[int]]) -> SafeString:
+    """Draw a few figures a day as grouped bars (a campaign's report: issued, redeemed, released ...)."""
+    colours = ["#417690", "#79aec8", "#e1a035", "#ba2121", "#5b8f29", "#999999"]
+    peak = max([1, *(v for values in series.values() for v in values)])
+    slot = (WIDTH - 2 * PAD) / max(len(days), 1)
+    bar = max(slot * 0.8 / max(len(series), 1), 1.0)
+    scale = (HEIGHT - 2 * PAD - 14) / peak
+    shapes = []
+    for s, (name, values) in enumerate(series.items()):
+        for i, value in enumerate(values):
+            height = value * scale
+            x = PAD + i * slot + slot * 0.1 + s * bar
+            shapes.append(format_html('<rect x="{}" y="{}" width="{}" height="{}" fill="{}"><title>{} {}: {}</title>'
+                                      "</rect>", f"{x:.1f}", f"{HEIGHT - PAD - height:.1f}", f"{bar:.1f}",
+                                      f"{height:.1f}", colours[s % len(colours)], days[i], name, value))
+        shapes.append(format_html('<text x="{}" y="14" font-size="11" fill="{}">{}</text>', PAD + s * 90,
+                                  colours[s % len(colours)], name))
+    labels = [format_html('<text x="{}" y="{}" font-size="10" fill="#333" text-anchor="middle">{}</text>',
+                          f"{PAD + (i + 0.5) * slot:.1f}", HEIGHT - PAD + 14, day[5:]) for i, day in enumerate(days)]
+    return format_html(
+        '<svg id="report-chart" xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" '
+        'role="img" aria-label="Figures by day">'
+        '<rect x="0" y="0" width="{w}" height="{h}" fill="#fff" stroke="#ddd"/>'
+        '<line x1="{p}" y1="{b}" x2="{r}" y2="{b}" stroke="#999"/>'
+        '<text x="{p}" y="{t}" font-size="11" fill="#333" text-anchor="end">{peak}</text>'
+        "{shapes}{labels}</svg>",
+        w=WIDTH, h=HEIGHT, p=PAD, b=HEIGHT - PAD, r=WIDTH - PAD, t=PAD + 10, peak=peak,
+        shapes=mark_safe("".join(shapes)), labels=mark_safe("".join(labels)),
+    )

@@ -17,6 +17,8 @@ JOB_NOTES = {
     "housekeeping": "Trims persisted ledger entries past retention, deletes idempotency records older than 24 h, "
                     "records the final figures of ended campaigns.",
     "preheat-due-campaigns": "Loads published campaigns starting within the hour into Redis ahead of their start.",
+    "deliver-webhooks": "Sends the outbox's due webhook deliveries (signed, retried with backoff for 24 h, then "
+                        "dead). Pausing it delays webhooks, loses none.",
 }
 
 VIEWER_GROUP = "couponrush viewers"

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import date
 from decimal import Decimal
+from typing import Any
 
 from django.conf import settings
 from django.db import connection
@@ -115,7 +116,7 @@ def campaign_report(*, campaign: Campaign) -> Report:
     """Build the campaign's report in two queries."""
     tz = settings.TIME_ZONE
     days: dict[date, Day] = {}
-    params = {"tz": tz, "campaign": campaign.pk, "types": sorted(_TYPES)}
+    params: dict[str, Any] = {"tz": tz, "campaign": campaign.pk, "types": sorted(_TYPES)}
     with connection.cursor() as cursor:
         cursor.execute(_CLAIMS_SQL, params)
         for day, n in cursor.fetchall():

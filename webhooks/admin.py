@@ -70,7 +70,7 @@ class WebhookEndpointAdmin(admin.ModelAdmin):
 
 class AttemptInline(admin.TabularInline):
     model = DeliveryAttempt
-    fields = ["number", "started_at", "duration_ms", "address", "status_code", "response_head", "error"]
+    fields = ("number", "started_at", "duration_ms", "address", "status_code", "response_head", "error")
     readonly_fields = fields
     extra = 0
     can_delete = False
@@ -86,8 +86,8 @@ class DeliveryAdmin(admin.ModelAdmin):
     list_filter = ["state", "event__type", "endpoint"]
     search_fields = ["=key", "=event__id"]
     list_select_related = ["event", "endpoint"]
-    readonly_fields = ["event", "endpoint", "key", "state", "attempts", "next_attempt_at", "retry_from",
-                       "created_at", "delivered_at", "last_status", "last_error", "payload"]
+    readonly_fields = ("event", "endpoint", "key", "state", "attempts", "next_attempt_at", "retry_from",
+                       "created_at", "delivered_at", "last_status", "last_error", "payload")
     fields = readonly_fields
     inlines = [AttemptInline]
     actions = ["retry"]

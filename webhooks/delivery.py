@@ -148,7 +148,7 @@ WITH due AS (
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 )
-UPDATE {_D} d SET next_attempt_at = statement_timestamp() + %(lease)s, attempts = d.attempts + 1
+UPDATE {_D} d SET next_attempt_at = statement_timestamp() + %(lease)s::interval, attempts = d.attempts + 1
 FROM due WHERE d.id = due.id AND d.state = 'pending'
 RETURNING d.id
 """
@@ -157,7 +157,7 @@ RETURNING d.id
 def take_due(limit: int) -> list[Delivery]:
     """Lease up to `limit` due deliveries (their attempts counted); return them with their event and endpoint."""
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(_TAKE_SQL, {"limit": limit, "lease": LEASE})
+        cursor.execute(_TAKE_SQL, {"limit": limit, "lease": str(LEASE.total_seconds()) + " seconds"})
         ids = [row[0] for row in cursor.fetchall()]
     if not ids:
         return []

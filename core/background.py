@@ -1,4 +1,5 @@
-"""A thread of this process that work is handed to: the base of orders.claim's drain trigger and claim voider."""
+"""A thread of this process that work is handed to: the base of orders.claim's drain trigger and claim voider,
+and of webhooks.outbox's delivery trigger."""
 from __future__ import annotations
 
 import os

@@ -23,11 +23,11 @@ from campaigns.errors import CampaignStateLost
 from campaigns.models import Campaign, CampaignKind
 from campaigns.redis_state import ClaimCode, ClaimOutcomeUnknown, StoreUnavailable
 from campaigns.services import campaign_preheat
+from core.background import InBackground
 from core.errors import NotFound, RateLimited, Unavailable
 from core.hot import hot
 
 from . import ledger
-from .background import InBackground
 from .cancel import claim_cancel
 from .sold_out import SOLD_OUT_FOR_SECONDS, sold_out_until
 

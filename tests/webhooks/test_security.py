@@ -126,3 +126,49 @@ def test_the_secret_is_never_in_the_outbox_the_deliveries_or_the_logs(endpoint, 
     assert SECRET not in caplog.text
     assert SECRET not in repr(endpoint) and SECRET not in str(endpoint)
     assert all(SECRET.encode() not in got.body and SECRET not in str(got.headers) for got in receiver.received)
+
+
+def test_a_slow_or_huge_answer_cannot_tie_up_a_worker(monkeypatch, allow_private) -> None:
+    import threading
+    import time
+
+    from webhooks import delivery
+
+    monkeypatch.setattr(delivery, "TOTAL_TIMEOUT", 1.0)
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+    sent = {"huge": 0}
+
+    def answer() -> None:
+        for kind in ("huge", "drip"):
+            conn, _ = server.accept()
+            conn.recv(65536)
+            try:
+                if kind == "huge":  # 20 MB announced and sent as fast as the client reads
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 20000000\r\n\r\n")
+                    for _ in range(2000):
+                        conn.sendall(b"x" * 10_000)
+                        sent["huge"] += 10_000
+                else:  # a status line a byte every 0.3 s: each read is quick, the whole never ends
+                    for byte in b"HTTP/1.1 200 OK\r\n" * 10:
+                        conn.sendall(bytes([byte]))
+                        time.sleep(0.3)
+            except OSError:
+                pass
+            finally:
+                conn.close()
+
+    threading.Thread(target=answer, daemon=True).start()
+    url = f"http://127.0.0.1:{port}/h"
+    started = time.monotonic()
+    huge = delivery.post(url, b"{}", {})
+    drip = delivery.post(url, b"{}", {})
+    took = time.monotonic() - started
+    server.close()
+
+    assert huge.status == 200 and len(huge.head) == delivery.HEAD_KEPT  # read up to the cap, then hung up
+    assert sent["huge"] < 20_000_000
+    assert drip.status is None and "timed out" in drip.error
+    assert took < 3.5

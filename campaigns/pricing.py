@@ -46,7 +46,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal
+from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
 from .money import MINOR_UNITS, compute_discount, minor_unit, money_text
@@ -235,10 +235,11 @@ class OrderPricing:
 class BestCombination:
     """The allowed set of coupons that saves the most (`pricing`, in stacking order). `exact` is False only when
     the search ran out of BEST_SEARCH_BUDGET: then it is the best set found, at least as good as every single
-    coupon."""
+    coupon. `evaluations`: how many single-coupon evaluations the search made (for benchmarks)."""
 
     pricing: OrderPricing
     exact: bool
+    evaluations: int = 0
 
     @property
     def codes(self) -> tuple[str, ...]:
@@ -393,6 +394,7 @@ class _Terms:
     quantity: int  # eligible items
     min_spend: int
     order_cap: int
+    percent: Decimal | None  # the rate of a percentage (0.15), None for a fixed amount
 
     @classmethod
     def of(cls, cart: Cart, candidate: Candidate) -> _Terms:
@@ -402,6 +404,7 @@ class _Terms:
         return cls(
             candidate=candidate, lines=lines, quantity=sum(cart.lines[i].quantity for i in lines),
             min_spend=_to_units(rule.min_spend, cart.currency), order_cap=cap,
+            percent=rule.discount_value / 100 if rule.discount_type == "percent" else None,
         )
 
     def price(self, remaining: Sequence[int], total: int, cap: int, held: Sequence[Candidate]) -> tuple[str, int]:
@@ -429,6 +432,63 @@ class _Terms:
             order_amount=_money(eligible, rule.currency), currency=rule.currency,
         ).amount
         return OK, min(_to_units(amount, rule.currency), cap - total)
+
+
+def _percent_masses(children: Sequence[tuple[int, int]], terms: Sequence[_Terms], remaining: Sequence[int],
+                    most: int) -> list[int]:
+    """Return, for n = 0..most, the most that n of the percentage `children` can take together from `remaining`.
+
+    Percentages multiply: on a line, percentages p1..pn (capped or not, after anything) leave at least
+    (1-p1)...(1-pn) of what it had, less the rounding (half-up, then the largest remainder: under 2 units per
+    coupon and line). So n of them take at most, over the lines, what the line has times 1 - the product of
+    (1 - p) over the n largest percentages covering it, plus 2 units per coupon and line.
+    """
+    rates: dict[int, list[Decimal]] = {}
+    for _, k in children:
+        rate = terms[k].percent
+        if rate is not None:
+            for index in terms[k].lines:
+                rates.setdefault(index, []).append(rate)
+    masses = [Decimal(0)] * (most + 1)
+    for index, line_rates in rates.items():
+        line_rates.sort(reverse=True)
+        kept = Decimal(1)
+        for n in range(1, most + 1):
+            if n <= len(line_rates):
+                kept *= 1 - line_rates[n - 1]
+            masses[n] += remaining[index] * (1 - kept)
+    slack = 2 * len(rates)
+    return [int(mass.to_integral_value(rounding=ROUND_CEILING)) + n * slack for n, mass in enumerate(masses)]
+
+
+def _subtree_bound(
+    children: Sequence[tuple[int, int]], child: tuple[int, int], compatible: int, slots: int,
+    terms: Sequence[_Terms], masses: Sequence[int], left: int, rates: Sequence[Decimal], slack: int,
+) -> int:
+    """Return the most a set of `child` and at most `slots` of its followers can take (from what the node's
+    coupons left): followers are `children` later than it and compatible with it, each worth at most its value
+    here (`children`, value descending: it only sees less later). A set of k fixed amounts and n percentages
+    takes at most the k largest fixed values plus the lesser of the n largest percentage values and
+    `masses[n]` (_percent_masses), the child among them; the k that gives the most is the bound. A percentage
+    child also takes exactly its value and leaves `left` units to pay, of which n percentages take at most
+    1 - the product of (1 - p) over the n largest `rates` of the node's children, plus `slack` each."""
+    units, j = child
+    followers = [(u, k) for u, k in children if k > j and compatible >> k & 1]
+    fixed = [u for u, k in followers if terms[k].percent is None]
+    percent = [u for u, k in followers if terms[k].percent is not None]
+    most = 0
+    for k in range(min(slots, len(fixed)) + 1):
+        n = min(slots - k, len(percent))
+        if terms[j].percent is None:
+            part = units + min(sum(percent[:n]), masses[n])
+        else:
+            kept = Decimal(1)
+            for rate in rates[:n]:
+                kept *= 1 - rate
+            after = int(((left - units) * (1 - kept)).to_integral_value(rounding=ROUND_CEILING)) + n * slack
+            part = min(units + sum(percent[:n]), masses[n + 1], units + after)
+        most = max(most, sum(fixed[:k]) + part)
+    return most
 
 
 def _allocate(discount: int, lines: Sequence[int], remaining: Sequence[int]) -> list[int]:
@@ -494,8 +554,9 @@ def _best(cart: Cart, candidates: Sequence[Candidate], alone: Sequence[CouponPri
     - sets are built in stacking order, so a set's first coupons are priced once and each node of the search
       extends a priced prefix: every candidate that could follow it is priced on what the prefix left (its
       exact value as the next coupon), and since later coupons only see less to pay and a lower cap, that value
-      bounds what it can add further down. A subtree whose bound (prefix + its best allowed followers, within
-      the cap) cannot beat the best set found is not explored. Children are explored best first.
+      bounds what it can add further down (_subtree_bound, which also knows that percentages multiply). A
+      subtree whose bound cannot beat the best set found is not explored. Children are explored best first,
+      so the first descent is a greedy one and the best set found is good early.
     Exclusive coupons are compatible with nothing, so they are compared as single coupons. The result is the
     optimum over every allowed set of at most MAX_COUPONS_PER_ORDER coupons unless the search spends
     BEST_SEARCH_BUDGET evaluations (`exact=False`: the best found, never worse than the best single coupon,
@@ -516,6 +577,7 @@ def _best(cart: Cart, candidates: Sequence[Candidate], alone: Sequence[CouponPri
     best: tuple[int, tuple[int, ...]] = (0, ())  # (total units, positions in `order`)
     evaluations = 0
     exact = True
+    lines_total = line_slack = 0
 
     def better(total: int, subset: tuple[int, ...]) -> bool:
         best_total, best_subset = best
@@ -538,14 +600,14 @@ def _best(cart: Cart, candidates: Sequence[Candidate], alone: Sequence[CouponPri
         slots = MAX_COUPONS_PER_ORDER - len(subset) - 1  # coupons a child's subtree may still add
         if slots == 0:
             return
+        masses = _percent_masses(children, terms, remaining, slots + 1)
+        rates = sorted((r for _, k in children if (r := terms[k].percent) is not None), reverse=True)
         for units, j in children:
-            # The child's followers: later in stacking order, compatible with it, each worth at most its value
-            # here. Their sum, within the cap, bounds what the subtree adds to the child.
-            followers = [u for u, k in children if k > j and compatible[j] >> k & 1][:slots]
-            if not followers:
-                continue
             cap_j = min(cap, terms[j].order_cap)
-            bound = total + units + min(sum(followers), cap_j - total - units)
+            most = _subtree_bound(
+                children, (units, j), compatible[j], slots, terms, masses, lines_total - total, rates, line_slack
+            )
+            bound = total + min(most, lines_total - total, cap_j - total)
             best_total, best_subset = best
             if bound < best_total or (bound == best_total and len(subset) + 2 > len(best_subset)):
                 continue
@@ -557,6 +619,8 @@ def _best(cart: Cart, candidates: Sequence[Candidate], alone: Sequence[CouponPri
                 after[index] -= share
             explore((*subset, j), after, total + units, cap_j, allowed & compatible[j])
 
+    lines_total = sum(cart.units)
+    line_slack = 2 * len(cart.units)  # the rounding of one percentage over all the lines (_percent_masses)
     explore((), list(cart.units), 0, _NO_CAP, (1 << count) - 1)
     pricing = price_coupons(cart, [order[j] for j in best[1]])
-    return BestCombination(pricing=pricing, exact=exact)
+    return BestCombination(pricing=pricing, exact=exact, evaluations=evaluations)

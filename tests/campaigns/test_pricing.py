@@ -302,7 +302,7 @@ def coupon(code: str, campaign_id: int, discount: str, **fields: object) -> Cand
 
 
 def cart(*lines: tuple[str, str | None, int, str], currency: str = CNY) -> Cart:
-    return Cart(currency, tuple(CartLine(sku, quantity, D(price), category) for sku, category, quantity, price in lines))
+    return Cart(currency, tuple(CartLine(sku, count, D(price), category) for sku, category, count, price in lines))
 
 
 SHOES_AND_FOOD = cart(("RUN-1", "shoes", 1, "300.00"), ("APPLE", "food", 4, "5.00"), ("GIFT", None, 1, "50.00"))
@@ -355,7 +355,7 @@ def test_minimum_spend_is_judged_on_what_is_left_after_the_coupons_before() -> N
     ("first", "second", "why"),
     [
         pytest.param(coupon("A", 1, "10%", exclusive=True), coupon("B", 2, "5.00"), "first exclusive", id="exclusive"),
-        pytest.param(coupon("A", 1, "10%"), coupon("B", 2, "5.00", exclusive=True), "second exclusive", id="joins-excl"),
+        pytest.param(coupon("A", 1, "10%"), coupon("B", 2, "5.00", exclusive=True), "second exclusive", id="joins"),
         pytest.param(coupon("A", 1, "10%"), coupon("B", 1, "10%"), "same campaign", id="same-campaign"),
         pytest.param(coupon("A", 1, "10%", combinable_with=frozenset({3})), coupon("B", 2, "5.00"), "A lists 3 only",
                      id="not-in-first-list"),

@@ -31,6 +31,7 @@ from .unique_codes import (
     SERIALS,
     canonical_unique_code,
     forget_imported_codes,
+    in_code_order,
     unique_codes,
 )
 
@@ -39,9 +40,10 @@ MAX_COUNT = 10_000_000  # codes per batch (generated) or lines per file (importe
 # Codes per transaction: ~0.1 s of work at ~100,000 codes/s, so progress moves every tenth of a second and a
 # killed worker loses at most that much (bench/codes_bench.py).
 CHUNK = 10_000
+COPY_BLOCK = 1_000  # codes per write() into a COPY
 EXPORT_PAGE = 10_000
 EXPORT_HEADER = ["code", "status", "holder", "batch"]
-_COPY = "COPY coupons_uniquecode (code, campaign_id, batch_id, created_at) FROM STDIN"
+_COPY = "COPY coupons_uniquecode (code, campaign_id, batch_id) FROM STDIN"  # created_at: the database's
 
 
 def check_codes_campaign(campaign: Campaign) -> None:
@@ -118,7 +120,7 @@ def code_batch_generate(*, batch_id: int, chunk: int = CHUNK,
                 with connection.cursor() as cursor:
                     cursor.execute("SELECT nextval('coupons_unique_code_serial') FROM generate_series(1, %s)", [n])
                     serials = [row[0] for row in cursor.fetchall()]
-                    _copy_codes(cursor, unique_codes(batch.prefix, serials), batch)
+                    _copy_codes(cursor, _generated_blocks(batch.prefix, serials), batch)
                 batch.inserted += n
                 batch.state, batch.error = CodeBatchState.RUNNING, ""
                 batch.save(update_fields=["inserted", "state", "error"])
@@ -130,13 +132,24 @@ def code_batch_generate(*, batch_id: int, chunk: int = CHUNK,
         raise
 
 
-def _copy_codes(cursor: Any, codes: list[str], batch: CodeBatch) -> None:
-    """COPY the codes into the batch (one tab-separated text block: no tab or backslash can occur in a code)."""
-    if not codes:
-        return
-    tail = f"\t{batch.campaign_id}\t{batch.pk}\t{timezone.now().isoformat()}\n"
+def _copy_codes(cursor: Any, codes: Iterable[str], batch: CodeBatch) -> None:
+    """COPY the codes into the batch: blocks of tab-separated text (no tab or backslash can occur in a code)."""
+    tail = f"\t{batch.campaign_id}\t{batch.pk}\n"
     with cursor.cursor.copy(_COPY) as copy:  # psycopg 3's cursor under Django's wrapper
-        copy.write(tail.join(codes) + tail)
+        for block in codes:
+            copy.write(tail.join(block) + tail)
+
+
+def _generated_blocks(prefix: str, serials: list[int]) -> Iterator[list[str]]:
+    """Yield the codes of the serials in blocks of COPY_BLOCK, in ascending code order.
+
+    Made block by block while the COPY runs: PostgreSQL inserts one block while this process builds the next
+    (the two overlap instead of taking turns). In code order: the unique index's B-tree is then filled from left
+    to right, not at random (bench/codes_bench.py: both ~25% of the time a code).
+    """
+    ordered = in_code_order(serials)
+    for i in range(0, len(ordered), COPY_BLOCK):
+        yield unique_codes(prefix, ordered[i : i + COPY_BLOCK])
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -212,8 +225,7 @@ def code_batch_import(*, campaign: Campaign, lines: Iterable[str], created_by: s
                 campaign=campaign, source=CodeBatchSource.IMPORTED, requested=len(codes), inserted=len(codes),
                 state=CodeBatchState.DONE, created_by=created_by[:150], finished_at=timezone.now())
             with connection.cursor() as cursor:
-                for i in range(0, len(codes), CHUNK):
-                    _copy_codes(cursor, codes[i : i + CHUNK], batch)
+                _copy_codes(cursor, (codes[i : i + COPY_BLOCK] for i in range(0, len(codes), COPY_BLOCK)), batch)
     except IntegrityError as exc:  # a code added by someone else since the check above
         raise Conflict("a code of the file was added meanwhile; nothing imported, import the file again") from exc
     forget_imported_codes()

@@ -100,6 +100,12 @@ def unique_codes(prefix: str, serials: Iterable[int]) -> list[str]:
     return out
 
 
+def in_code_order(serials: Iterable[int]) -> list[int]:
+    """Return the serials sorted so that their codes (under one prefix) come out in ascending order: a code
+    starts with its scrambled serial in symbols whose values follow their ASCII order."""
+    return sorted(serials, key=lambda serial: (serial * _SCRAMBLE + _OFFSET) % SERIALS)
+
+
 def canonical_unique_code(text: str) -> str | None:
     """Return the canonical form of a typed generated code (case, spaces and dashes forgiven) if its MAC is
     ours, else None. Reads nothing: no database, no Redis."""

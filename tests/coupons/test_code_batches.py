@@ -362,3 +362,21 @@ def test_codes_import_exits_non_zero_on_a_bad_file(transactional_db, tmp_path) -
 
     assert result.returncode == 1 and "line 2: 'no'" in result.stderr and result.stdout == ""
     assert UniqueCode.objects.count() == 0
+
+
+@pytest.mark.django_db
+def test_the_codes_table_pays_no_per_row_foreign_key_check_nor_a_second_code_index() -> None:
+    # coupons 0010: the bulk insert's per-row costs (bench/codes_bench.py); the code compares bytewise
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT conname FROM pg_constraint WHERE conrelid = 'coupons_uniquecode'::regclass "
+                       "AND contype = 'f'")
+        foreign_keys = [row[0] for row in cursor.fetchall()]
+        cursor.execute("SELECT indexdef FROM pg_indexes WHERE tablename = 'coupons_uniquecode'")
+        indexes = [row[0] for row in cursor.fetchall()]
+        cursor.execute("SELECT collation_name FROM information_schema.columns WHERE table_name = "
+                       "'coupons_uniquecode' AND column_name = 'code'")
+        collation = cursor.fetchone()[0]
+
+    assert [name for name in foreign_keys if "coupon_id" not in name] == []  # the coupon's is kept (rare write)
+    assert [i for i in indexes if "(code" in i] == [i for i in indexes if "UNIQUE" in i and "(code)" in i]
+    assert len([i for i in indexes if "(code" in i]) == 1 and collation == "C"

@@ -11,6 +11,7 @@ from coupons.unique_codes import (
     SERIALS,
     canonical_unique_code,
     forget_imported_codes,
+    in_code_order,
     unique_code,
     unique_code_lookup,
     unique_codes,
@@ -42,6 +43,15 @@ def test_every_generated_code_reads_back_as_itself_and_unique_code_is_unique_cod
     assert codes == [unique_code("P7", s) for s in serials]
     assert [canonical_unique_code(c) for c in codes] == codes
     assert canonical_unique_code(f"  {codes[0].lower().replace('-', ' ')} ") == codes[0]
+
+
+def test_serials_in_code_order_give_their_codes_sorted() -> None:
+    serials = list(range(5000, 9000))
+
+    ordered = in_code_order(serials)
+
+    assert sorted(ordered) == serials
+    assert unique_codes("ZZ", ordered) == sorted(unique_codes("ZZ", serials))
 
 
 def test_a_changed_symbol_or_another_prefix_fails_the_mac() -> None:

@@ -132,11 +132,11 @@ def code_batch_generate(*, batch_id: int, chunk: int = CHUNK,
         raise
 
 
-def _copy_codes(cursor: Any, codes: Iterable[str], batch: CodeBatch) -> None:
+def _copy_codes(cursor: Any, blocks: Iterable[list[str]], batch: CodeBatch) -> None:
     """COPY the codes into the batch: blocks of tab-separated text (no tab or backslash can occur in a code)."""
     tail = f"\t{batch.campaign_id}\t{batch.pk}\n"
     with cursor.cursor.copy(_COPY) as copy:  # psycopg 3's cursor under Django's wrapper
-        for block in codes:
+        for block in blocks:
             copy.write(tail.join(block) + tail)
 
 

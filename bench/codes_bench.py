@@ -14,11 +14,13 @@ A benchmark, not a test. In one run it
      (resource.getrusage ru_maxrss), and VmRSS at every 10% of the batch; PostgreSQL's backend CPU is sampled;
   4. exports the campaign in another child (`--child export`) with coupons.code_batches.unique_codes_csv (what
      `manage.py codes_export` and the admin download stream), the CSV written to /dev/null: rows/s and RSS;
-  5. runs the baseline, a check-then-insert loop (--baseline M codes: a random code, exists(), INSERT, a
+  5. downloads the campaign's CSV from the admin (a staff session) through the run command's web server
+     (`python -m config.server`, 2 workers): rows/s, the server's RSS (master + workers) before and at most during;
+  6. runs the baseline, a check-then-insert loop (--baseline M codes: a random code, exists(), INSERT, a
      transaction each), and with --variant-rounds R the insert variants (code order or not, blocks written while
      the next is built or not), R alternating rounds of --variant-codes each;
-  6. checks: exactly N rows, N distinct codes, N CSV rows, a sample of 20,000 codes that pass the MAC check;
-  7. prints a summary and writes the JSON to bench/results/codes_bench-<timestamp>.json; drops the database
+  7. checks: exactly N rows, N distinct codes, N CSV rows, a sample of 20,000 codes that pass the MAC check;
+  8. prints a summary and writes the JSON to bench/results/codes_bench-<timestamp>.json; drops the database
      (--keep keeps it), also on Ctrl-C.
 
 Exit code 0: ran and every check passed; 2: ran but a check failed; 1: could not run.
@@ -30,6 +32,7 @@ import json
 import os
 import platform
 import resource
+import signal
 import subprocess
 import sys
 import time
@@ -146,6 +149,77 @@ def child_export(campaign_id: int) -> dict[str, Any]:
             "rss_before_kib": before_rss, "peak_before_kib": before_peak, "peak_after_kib": _peak_kib()}
 
 
+def session_rss_kib(pid: int) -> int:
+    """VmRSS of a process and its children (the web server's master and workers)."""
+    total = vmrss_kib(pid) or 0
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except FileNotFoundError:
+        return total
+    return total + sum(vmrss_kib(child) or 0 for child in children)
+
+
+def download_through_server(campaign_id: int, env: dict[str, str]) -> dict[str, Any]:
+    """GET the admin's campaign CSV from the run command's web server (2 workers) as a staff user: rows/s, and
+    the server's RSS (master + workers) before and at its highest while it streams."""
+    import http.client
+    import threading
+
+    from django.conf import settings
+    from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
+    from django.contrib.auth.models import User
+    from django.contrib.sessions.backends.db import SessionStore
+
+    user = User.objects.create_superuser("bench-operator", password="unused")
+    session = SessionStore()
+    session.update({SESSION_KEY: str(user.pk), BACKEND_SESSION_KEY: "django.contrib.auth.backends.ModelBackend",
+                    HASH_SESSION_KEY: user.get_session_auth_hash()})
+    session.create()
+    cookie = f"{settings.SESSION_COOKIE_NAME}={session.session_key}"
+    port = common.free_port()
+    argv = common.resolve(common.devstack.web_command(port))
+    proc = subprocess.Popen(argv, cwd=BASE_DIR, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not common.http_ok(f"http://127.0.0.1:{port}/healthz"):
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise BenchError("the web server did not start")
+            time.sleep(0.2)
+        before = session_rss_kib(proc.pid)
+        peak = [before]
+        done = threading.Event()
+
+        def sample() -> None:
+            while not done.wait(0.1):
+                peak[0] = max(peak[0], session_rss_kib(proc.pid))
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        start = time.perf_counter()
+        connection.request("GET", f"/admin/coupons/codebatch/campaign/{campaign_id}/codes.csv",
+                           headers={"Cookie": cookie})
+        answer = connection.getresponse()
+        if answer.status != 200:
+            raise BenchError(f"the download answered {answer.status}")
+        rows = size = 0
+        while part := answer.read(1 << 16):
+            rows += part.count(b"\n")
+            size += len(part)
+        seconds = time.perf_counter() - start
+        done.set()
+        sampler.join()
+        connection.close()
+        return {"rows": rows - 1, "bytes": size, "seconds": round(seconds, 3),
+                "rows_per_s": round((rows - 1) / seconds),
+                "chunked": answer.getheader("Transfer-Encoding") == "chunked",
+                "server_rss_before_kib": before, "server_rss_peak_kib": peak[0]}
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)  # the server's session: master and workers
+        proc.wait(15)
+
+
 def run_child(args: list[str], env: dict[str, str]) -> dict[str, Any]:
     proc = subprocess.run([sys.executable, __file__, "--child", *args], cwd=BASE_DIR, env=env, capture_output=True,
                           text=True, check=False)
@@ -242,6 +316,13 @@ def bench(args: argparse.Namespace, state: dict[str, Any]) -> dict[str, Any]:
     log(f"exported: {export['rows_per_s']:,} rows/s; RSS {export['rss_before_kib'] / 1024:.1f} MiB before, "
         f"peak {export['peak_after_kib'] / 1024:.1f} MiB after")
 
+    download = None
+    if not args.no_download:
+        log("downloading them from the admin through the run command's web server ...")
+        download = download_through_server(campaign.pk, env)
+        log(f"downloaded: {download['rows_per_s']:,} rows/s; the server's RSS "
+            f"{download['server_rss_before_kib'] / 1024:.1f} MiB before, {download['server_rss_peak_kib'] / 1024:.1f} "
+            f"MiB at most while streaming")
     baseline = None
     if args.baseline:
         log(f"baseline: {args.baseline:,} codes by a check-then-insert loop ...")
@@ -266,6 +347,7 @@ def bench(args: argparse.Namespace, state: dict[str, Any]) -> dict[str, Any]:
         rows, distinct = cursor.fetchone()
     sample = list(UniqueCode.objects.filter(batch=batch).order_by("?").values_list("code", flat=True)[:20_000])
     checks = {"rows": rows == args.codes, "distinct": distinct == args.codes, "exported": export["rows"] == args.codes,
+              "downloaded": download is None or (download["rows"] == args.codes and download["chunked"]),
               "mac_sample": all(canonical_unique_code(code) == code for code in sample) and len(sample) > 0}
     return {
         "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -276,6 +358,7 @@ def bench(args: argparse.Namespace, state: dict[str, Any]) -> dict[str, Any]:
                    "embedded": "embedded" in state},
         "generate": generate,
         "export": export,
+        "download": download,
         "baseline_check_then_insert": baseline,
         "ratios": {"generate_over_check_then_insert": round(generate["codes_per_s"] / baseline["codes_per_s"], 1)}
         if baseline else {},
@@ -296,6 +379,11 @@ def print_summary(s: dict[str, Any]) -> None:
     print(f"{'export rows/s':28}{e['rows_per_s']:>16,}{GOALS['export_rows_per_s']:>12,}")
     print(f"{'generate RSS before -> peak':28}{mib(g['rss_before_kib']) + ' -> ' + mib(g['peak_after_kib']):>28}")
     print(f"{'export RSS before -> peak':28}{mib(e['rss_before_kib']) + ' -> ' + mib(e['peak_after_kib']):>28}")
+    if s["download"]:
+        d = s["download"]
+        print(f"{'admin download rows/s':28}{d['rows_per_s']:>16,}")
+        print(f"{'web server RSS before -> max':28}"
+              f"{mib(d['server_rss_before_kib']) + ' -> ' + mib(d['server_rss_peak_kib']):>28}")
     if g.get("backend_cpu_s"):
         print(f"{'PostgreSQL CPU per code':28}{g['backend_cpu_s'] / g['codes'] * 1e6:>13.2f} us")
     print("VmRSS during generation (MiB): "
@@ -318,6 +406,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--variant-rounds", type=int, default=0,
                         help="rounds of the insert variants (shipped, unordered, one-block), alternating (0: none)")
     parser.add_argument("--variant-codes", type=int, default=200_000, help="codes per variant and round (200000)")
+    parser.add_argument("--no-download", action="store_true", help="leave out the download through the web server")
     parser.add_argument("--database", default=DEFAULT_DB)
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)

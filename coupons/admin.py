@@ -9,8 +9,6 @@ each batch's JSON status, and CSV downloads per batch and per campaign, streamed
 """
 from __future__ import annotations
 
-import io
-
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
@@ -288,8 +286,8 @@ class CodeBatchAdmin(NoAddNoDeleteMixin, admin.ModelAdmin):
         if request.method == "POST":
             form = ImportCodesForm(request.POST, request.FILES)
             if form.is_valid():
-                lines = io.TextIOWrapper(form.cleaned_data["file"].file, encoding="utf-8-sig", errors="replace",
-                                         newline="")
+                # File's own line iteration (\n, \r\n or \r), whether the upload is in memory or on disk
+                lines = (line.decode("utf-8-sig", errors="replace") for line in form.cleaned_data["file"])
                 try:
                     batch = code_batch_import(campaign=campaign, lines=lines, created_by=request.user.get_username())
                 except CodesImportRefused as exc:

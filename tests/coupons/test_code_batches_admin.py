@@ -2,14 +2,20 @@
 (streamed), the all-or-nothing upload; staff only."""
 from __future__ import annotations
 
+import asyncio
 import csv
+import http.client
 import io
+import socket
+import urllib.request
 
 import pytest
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.http import StreamingHttpResponse
 
+from core.web import asgi
 from coupons.code_batches import code_batch_create, code_batch_generate
 from coupons.models import CodeBatch, CodeBatchState, UniqueCode
 from coupons.unique_codes import forget_imported_codes
@@ -120,3 +126,112 @@ def test_an_upload_with_bad_lines_lists_them_and_imports_nothing_then_a_good_one
     assert (batch.source, batch.state, batch.inserted, batch.created_by) == ("imported", CodeBatchState.DONE, 2,
                                                                              "admin")
     assert set(UniqueCode.objects.values_list("code", flat=True)) == {"OLD-0001", "OLD-0002"}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The download through the servers: sent in parts (chunked), not built whole in memory
+
+
+def staff_cookie(db_client) -> str:
+    user = User.objects.create_superuser("operator", password="pw")
+    db_client.force_login(user)
+    return f"{settings.SESSION_COOKIE_NAME}={db_client.cookies[settings.SESSION_COOKIE_NAME].value}"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_download_comes_chunked_through_the_run_commands_server_and_the_connection_stays_usable(
+        http_server, client) -> None:
+    campaign = codes_campaign()
+    batch = code_batch_create(campaign=campaign, count=30_000, created_by="ann")
+    code_batch_generate(batch_id=batch.pk)
+    cookie = staff_cookie(client)
+    host, port = http_server.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=30)
+
+    connection.request("GET", f"{BATCHES}campaign/{campaign.pk}/codes.csv", headers={"Cookie": cookie})
+    answer = connection.getresponse()
+    body = answer.read().decode()
+    connection.request("HEAD", f"{BATCHES}{batch.pk}/codes.csv", headers={"Cookie": cookie})
+    head = connection.getresponse()
+    head.read()
+    connection.request("GET", "/healthz")  # the same connection: the chunked framing ended where it should
+    after = connection.getresponse()
+
+    assert answer.status == 200 and answer.getheader("Transfer-Encoding") == "chunked"
+    assert answer.getheader("Content-Length") is None and answer.getheader("Content-Type").startswith("text/csv")
+    rows = list(csv.reader(io.StringIO(body)))
+    assert rows[0] == ["code", "status", "holder", "batch"] and len(rows) == 30_001
+    assert {r[0] for r in rows[1:]} == set(batch_codes(batch))
+    assert head.status == 200 and head.getheader("Transfer-Encoding") == "chunked"
+    assert after.status == 200 and after.read()
+    connection.close()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_client_leaving_mid_download_leaves_the_server_serving(http_server, client) -> None:
+    campaign = codes_campaign()
+    batch = code_batch_create(campaign=campaign, count=60_000, created_by="ann")
+    code_batch_generate(batch_id=batch.pk)
+    cookie = staff_cookie(client)
+    host, port = http_server.removeprefix("http://").split(":")
+
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(f"GET {BATCHES}campaign/{campaign.pk}/codes.csv HTTP/1.1\r\nHost: x\r\nCookie: {cookie}\r\n\r\n"
+                     .encode())
+        assert sock.recv(4096).startswith(b"HTTP/1.1 200")  # then gone, the rest unread
+
+    for _ in range(3):
+        assert urllib.request.urlopen(f"{http_server}/healthz", timeout=5).status == 200
+    again = urllib.request.urlopen(urllib.request.Request(f"{http_server}{BATCHES}{batch.pk}/codes.csv",
+                                                          headers={"Cookie": cookie}), timeout=30)
+    assert len(again.read().decode().splitlines()) == 60_001
+
+
+def test_the_asgi_adapter_sends_parts_as_more_body_messages_and_closes_them() -> None:
+    closed: list[bool] = []
+
+    class Parts:
+        def __aiter__(self):
+            return self.parts()
+
+        async def parts(self):
+            yield b"a,"
+            yield b"b\n"
+
+        async def aclose(self) -> None:
+            closed.append(True)
+
+    class App:
+        body_limit = 10
+
+        def answer(self, request):
+            return 200, [(b"content-type", b"text/csv")], Parts()
+
+        def close(self) -> None:
+            pass
+
+    sent: list[dict] = []
+
+    async def receive():
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "method": "GET", "path": "/x", "raw_path": b"/x", "query_string": b"", "headers": []}
+    asyncio.run(asgi(App())(scope, receive, send))
+
+    assert [m.get("body") for m in sent[1:]] == [b"a,", b"b\n", b""]
+    assert [m.get("more_body", False) for m in sent[1:]] == [True, True, False] and closed == [True]
+
+
+def test_an_upload_kept_on_disk_imports_the_same_way(admin_client, settings) -> None:
+    settings.FILE_UPLOAD_MAX_MEMORY_SIZE = 100  # a larger file goes to a temporary file
+    campaign = codes_campaign()
+    data = "".join(f"DISK-{i:04d}\r\n" for i in range(200)).encode()
+
+    answer = admin_client.post(f"{BATCHES}campaign/{campaign.pk}/import/",
+                               {"file": SimpleUploadedFile("codes.txt", data)})
+
+    assert answer.status_code == 302
+    assert set(UniqueCode.objects.values_list("code", flat=True)) == {f"DISK-{i:04d}" for i in range(200)}

@@ -192,11 +192,13 @@ def test_a_batch_sent_to_a_real_celery_worker_is_generated_there() -> None:
         cwd=ROOT, env=process_env(),
     )
     try:
-        # When a batch is recorded and sent by name
+        # When a batch is recorded and sent by name, and another through codes_generate --worker
         batch = code_batch_create(campaign=campaign, count=20_000, prefix="W", created_by="ann")
         code_batch_send(batch=batch)  # autocommit: sent at once
+        out, err = io.StringIO(), io.StringIO()
+        call_command("codes_generate", str(campaign.pk), "--count", "5000", "--worker", stdout=out, stderr=err)
 
-        # Then the worker fills it
+        # Then the worker fills both, and the command followed its batch to the end
         wait_for(lambda: CodeBatch.objects.get(pk=batch.pk).state == CodeBatchState.DONE, timeout=60,
                  interval=0.2, what="the worker's batch")
     finally:
@@ -204,6 +206,9 @@ def test_a_batch_sent_to_a_real_celery_worker_is_generated_there() -> None:
         worker.wait(30)
     assert CodeBatch.objects.get(pk=batch.pk).task_id
     assert_exact_batch(batch, 20_000)
+    followed = CodeBatch.objects.exclude(pk=batch.pk).get()
+    assert out.getvalue().strip() == f'{{"batch": {followed.pk}, "count": 5000}}' and followed.task_id
+    assert_exact_batch(followed, 5_000)
 
 
 @pytest.mark.django_db

@@ -12,6 +12,7 @@ from django.template.response import TemplateResponse
 from django.utils import timezone
 
 from core.errors import ApplicationError
+from coupons.admin import generate_unique_codes, import_unique_codes
 from coupons.extension import check_days, validity_extension_apply, validity_extension_begin
 from orders import ledger
 from orders.reconciliation import campaign_reconcile
@@ -103,7 +104,8 @@ class CampaignAdmin(CampaignReportMixin):
     list_filter = [StateFilter, "kind", "starts_at", "ends_at"]
     search_fields = ["name", "code"]
     date_hierarchy = "starts_at"
-    actions = ["publish", "pause", "resume", "extend_end", "extend_validity", "restock", "reconcile_now"]
+    actions = ["publish", "pause", "resume", "extend_end", "extend_validity", "restock", "reconcile_now",
+               generate_unique_codes, import_unique_codes]  # coupons.admin (unique codes)
     change_form_template = "admin/campaigns/campaign/change_form.html"
     fieldsets = [
         (None, {"fields": ["name", "kind", "code", "starts_at", "ends_at", "total_stock", "per_user_limit",

@@ -1,22 +1,41 @@
-"""Coupons and their append-only event history in the operator's console.
+"""Coupons and their append-only event history in the operator's console; unique codes' batches.
 
 Nobody edits a coupon's fields here: state changes only through the actions, which call the services
 (each writes its event). Django's permissions apply: 'view' looks, 'change' may run the actions.
+
+Unique codes (issue 19): the campaign actions "Generate unique codes…" and "Import unique codes…" (defined here,
+listed in campaigns.admin), the batches' list with a progress bar that refreshes itself while a batch runs,
+each batch's JSON status, and CSV downloads per batch and per campaign, streamed.
 """
 from __future__ import annotations
 
 from django import forms
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse, StreamingHttpResponse
+from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html
 
+from campaigns.models import Campaign
 from core.errors import ApplicationError
 
+from .code_batches import (
+    MAX_COUNT,
+    CodesImportRefused,
+    code_batch_create,
+    code_batch_import,
+    code_batch_send,
+    unique_codes_csv,
+)
 from .extension import check_days
-from .models import Coupon, CouponEvent
+from .models import CodeBatch, CodeBatchSource, CodeBatchState, Coupon, CouponEvent
 from .services import coupon_extend_validity, coupon_revoke
+
+PROBLEMS_SHOWN = 500  # an import's bad lines listed on the page (all of them: manage.py codes_import)
 
 
 class NoAddNoDeleteMixin:
@@ -115,3 +134,175 @@ class CouponEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_filter = ["type", "source"]
     search_fields = ["=coupon__code"]
     list_select_related = ["coupon", "campaign"]
+
+
+class GenerateCodesForm(forms.Form):
+    count = forms.IntegerField(label="Codes", min_value=1, max_value=MAX_COUNT,
+                               help_text=f"How many unique codes, 1 to {MAX_COUNT:,}.")
+    code_prefix = forms.CharField(label="Prefix", required=False, max_length=16,
+                             help_text="Optional: 1-16 letters and digits before each code, e.g. SPRING.")
+
+
+class ImportCodesForm(forms.Form):
+    file = forms.FileField(label="File of codes",
+                           help_text="One code a line (4-40 of A-Z, 0-9 and '-'), or a CSV as the export writes it.")
+
+
+def batches_url(campaigns: list[Campaign]) -> str:
+    url = reverse("admin:coupons_codebatch_changelist")
+    return f"{url}?campaign__id__exact={campaigns[0].pk}" if len(campaigns) == 1 else url
+
+
+@admin.action(description="Generate unique codes…", permissions=["change"])
+def generate_unique_codes(modeladmin: admin.ModelAdmin, request: HttpRequest,
+                          queryset: QuerySet[Campaign]) -> HttpResponse | None:
+    """Ask for a count and a prefix, then record a batch per campaign and hand it to the worker."""
+    campaigns = list(queryset.order_by("pk"))
+    if "apply" in request.POST:
+        form = GenerateCodesForm(request.POST)
+        if form.is_valid():
+            sent = []
+            for campaign in campaigns:
+                try:
+                    with transaction.atomic():
+                        batch = code_batch_create(campaign=campaign, count=form.cleaned_data["count"],
+                                                  prefix=form.cleaned_data["code_prefix"],
+                                                  created_by=request.user.get_username())
+                        code_batch_send(batch=batch)
+                except ApplicationError as exc:
+                    form.add_error(None, f"{campaign}: {exc.message}")
+                    continue
+                sent.append(campaign)
+                modeladmin.log_change(request, campaign, f"Unique codes: batch {batch.pk} of {batch.requested:,} "
+                                                         f"codes sent to the worker (admin action).")
+            if sent:
+                for error in form.non_field_errors():
+                    modeladmin.message_user(request, str(error), messages.ERROR)
+                modeladmin.message_user(request, f"Generating {form.cleaned_data['count']:,} codes for "
+                                                 f"{len(sent)} campaign(s): progress below.", messages.SUCCESS)
+                return HttpResponseRedirect(batches_url(sent))
+    else:
+        form = GenerateCodesForm()
+    context = {**modeladmin.admin_site.each_context(request), "opts": modeladmin.model._meta,
+               "title": "Generate unique codes", "campaigns": campaigns, "form": form,
+               "action": "generate_unique_codes", "submit": "Generate"}
+    return TemplateResponse(request, "admin/coupons/codes_action.html", context)
+
+
+@admin.action(description="Import unique codes…", permissions=["change"])
+def import_unique_codes(modeladmin: admin.ModelAdmin, request: HttpRequest,
+                        queryset: QuerySet[Campaign]) -> HttpResponse | None:
+    """Go to the upload page of the one selected campaign."""
+    campaigns = list(queryset[:2])
+    if len(campaigns) != 1:
+        modeladmin.message_user(request, "Select one campaign to import codes into.", messages.WARNING)
+        return None
+    return HttpResponseRedirect(reverse("admin:coupons_codebatch_import", args=[campaigns[0].pk]))
+
+
+@admin.register(CodeBatch)
+class CodeBatchAdmin(NoAddNoDeleteMixin, admin.ModelAdmin):
+    list_display = ["id", "campaign", "source", "prefix", "state", "progress", "created_by", "created_at",
+                    "finished_at", "downloads"]
+    list_filter = ["state", "source", "campaign"]
+    list_select_related = ["campaign"]
+    actions = ["resume"]
+    change_list_template = "admin/coupons/codebatch/change_list.html"
+
+    def get_readonly_fields(self, request: HttpRequest, obj: CodeBatch | None = None) -> list[str]:
+        return [f.name for f in CodeBatch._meta.fields]
+
+    @admin.display(description="progress")
+    def progress(self, batch: CodeBatch) -> str:
+        share = 100 * batch.inserted // batch.requested if batch.requested else 100
+        return format_html('<progress value="{}" max="{}" data-batch="{}">{}%</progress> {} / {}', batch.inserted,
+                           batch.requested, batch.pk, share, f"{batch.inserted:,}", f"{batch.requested:,}")
+
+    @admin.display(description="CSV")
+    def downloads(self, batch: CodeBatch) -> str:
+        return format_html('<a href="{}">batch</a> · <a href="{}">campaign</a>',
+                           reverse("admin:coupons_codebatch_csv", args=[batch.pk]),
+                           reverse("admin:coupons_codebatch_campaign_csv", args=[batch.campaign_id]))
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict | None = None):  # type: ignore[no-untyped-def]
+        # The page reloads itself every 2 s while a batch is being made (the progress bars move).
+        running = CodeBatch.objects.filter(state__in=[CodeBatchState.PENDING, CodeBatchState.RUNNING]).exists()
+        return super().changelist_view(request, {**(extra_context or {}), "refresh_seconds": 2 if running else 0})
+
+    @admin.action(description="Resume generation (interrupted batches)", permissions=["change"])
+    def resume(self, request: HttpRequest, queryset: QuerySet[CodeBatch]) -> None:
+        """Send unfinished generated batches to the worker again: it continues from their committed count."""
+        resent = 0
+        for batch in queryset.filter(source=CodeBatchSource.GENERATED).exclude(state=CodeBatchState.DONE):
+            code_batch_send(batch=batch)
+            resent += 1
+        self.message_user(request, f"Sent {resent} batch(es) to the worker again.", messages.SUCCESS)
+
+    def get_urls(self) -> list[URLPattern]:
+        view = self.admin_site.admin_view
+        return [
+            path("<int:pk>/status/", view(self.status_view), name="coupons_codebatch_status"),
+            path("<int:pk>/codes.csv", view(self.batch_csv_view), name="coupons_codebatch_csv"),
+            path("campaign/<int:campaign_id>/codes.csv", view(self.campaign_csv_view),
+                 name="coupons_codebatch_campaign_csv"),
+            path("campaign/<int:campaign_id>/import/", view(self.import_view), name="coupons_codebatch_import"),
+            *super().get_urls(),
+        ]
+
+    def _require(self, allowed: bool) -> None:
+        if not allowed:
+            raise PermissionDenied
+
+    def status_view(self, request: HttpRequest, pk: int) -> JsonResponse:
+        """A batch's progress as JSON (for scripts and the page): state, inserted, requested, error."""
+        self._require(self.has_view_permission(request))
+        batch = get_object_or_404(CodeBatch, pk=pk)
+        return JsonResponse({"id": batch.pk, "campaign": batch.campaign_id, "source": batch.source,
+                             "state": batch.state, "inserted": batch.inserted, "requested": batch.requested,
+                             "error": batch.error})
+
+    def _csv(self, campaign_id: int, batch_id: int | None, name: str) -> StreamingHttpResponse:
+        response = StreamingHttpResponse(unique_codes_csv(campaign_id=campaign_id, batch_id=batch_id),
+                                         content_type="text/csv; charset=utf-8")
+        response["Content-Disposition"] = f'attachment; filename="{name}.csv"'
+        return response
+
+    def batch_csv_view(self, request: HttpRequest, pk: int) -> StreamingHttpResponse:
+        self._require(self.has_view_permission(request))
+        batch = get_object_or_404(CodeBatch, pk=pk)
+        return self._csv(batch.campaign_id, batch.pk, f"campaign-{batch.campaign_id}-batch-{batch.pk}-codes")
+
+    def campaign_csv_view(self, request: HttpRequest, campaign_id: int) -> StreamingHttpResponse:
+        self._require(self.has_view_permission(request))
+        campaign = get_object_or_404(Campaign, pk=campaign_id)
+        return self._csv(campaign.pk, None, f"campaign-{campaign.pk}-codes")
+
+    def import_view(self, request: HttpRequest, campaign_id: int) -> HttpResponse:
+        """Upload legacy codes into a campaign: all or nothing, every bad line listed."""
+        self._require(self.has_change_permission(request))
+        campaign = get_object_or_404(Campaign, pk=campaign_id)
+        problems: list = []
+        refused = ""
+        if request.method == "POST":
+            form = ImportCodesForm(request.POST, request.FILES)
+            if form.is_valid():
+                # File's own line iteration (\n, \r\n or \r), whether the upload is in memory or on disk
+                lines = (line.decode("utf-8-sig", errors="replace") for line in form.cleaned_data["file"])
+                try:
+                    batch = code_batch_import(campaign=campaign, lines=lines, created_by=request.user.get_username())
+                except CodesImportRefused as exc:
+                    problems, refused = exc.problems, exc.message
+                except ApplicationError as exc:
+                    form.add_error(None, exc.message)
+                else:
+                    self.log_addition(request, batch, f"Imported {batch.inserted:,} codes into {campaign}.")
+                    self.message_user(request, f"Imported {batch.inserted:,} codes into {campaign} (batch "
+                                               f"{batch.pk}).", messages.SUCCESS)
+                    return HttpResponseRedirect(batches_url([campaign]))
+        else:
+            form = ImportCodesForm()
+        context = {**self.admin_site.each_context(request), "opts": self.model._meta,
+                   "title": f"Import unique codes into {campaign}", "campaign": campaign, "form": form,
+                   "refused": refused, "problems": problems[:PROBLEMS_SHOWN], "more": max(0, len(problems) -
+                                                                                           PROBLEMS_SHOWN)}
+        return TemplateResponse(request, "admin/coupons/codebatch/import.html", context)

@@ -355,7 +355,7 @@ def _code_used(code: str, user_id: str, order_id: str, decide: Decide, *, new_us
                     .filter(starts_at__lte=now, paused=False).first())
         if campaign is not None:
             return _shared_use(campaign, user_id, order_id, decide, new_use=new_use, absent=absent, source=source)
-    unique = canonical_unique_code(code) or unique_code_lookup(code)
+    unique = unique_code_lookup(code)
     if unique is not None and new_use is not None:
         return _unique_use(unique, user_id, decide, new_use=new_use, source=source)
     raise NotFound("No such coupon.")

@@ -1,10 +1,11 @@
-"""Celery adapters of the coupon sweeps: thin, safe to run twice at once (SKIP LOCKED, conditional updates)."""
+"""Celery adapters of the coupon jobs: thin, safe to run twice at once (SKIP LOCKED, conditional updates, row locks)."""
 from __future__ import annotations
 
 import logging
 
 from celery import shared_task
 
+from . import code_batches
 from .compensation import expire_and_lapse_due, repair_drift
 
 log = logging.getLogger(__name__)
@@ -25,3 +26,12 @@ def expiry_sweep() -> dict:
         expiry_sweep.apply_async(expires=300)
     return {"lapsed": report.lapsed, "expired": report.expired, "repaired": report.repaired,
             "finished": report.finished}
+
+
+@shared_task(name="coupons.tasks.code_batch_generate", ignore_result=True)
+def code_batch_generate(batch_id: int) -> dict:
+    """Fill a batch of unique codes (sent by coupons.code_batches.code_batch_send); safe to run twice: it
+    resumes from the batch's committed count, and two runs at once queue on the batch row."""
+    batch = code_batches.code_batch_generate(batch_id=batch_id)
+    log.info("code batch %d: %d codes", batch.pk, batch.inserted)
+    return {"batch": batch.pk, "count": batch.inserted}

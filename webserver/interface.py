@@ -2,19 +2,31 @@
 
 An application is any object with `body_limit` (the largest body it reads; a larger Content-Length is refused
 before the body is read), `answer(request)` and `close()`. `answer` returns the Response itself when it can
-answer without waiting (no coroutine to make and run), or an awaitable of one. Nothing here
-imports Django or the project's apps.
+answer without waiting (no coroutine to make and run), or an awaitable of one. A Response's body is its
+whole bytes (sent with Content-Length), or Parts that come as they are made (sent chunked: a download of any
+size in constant memory). Nothing here imports Django or the project's apps.
 """
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable
 from typing import Protocol
 from urllib.parse import unquote_to_bytes
 
 import orjson
 
 Headers = list[tuple[bytes, bytes]]
-Response = tuple[int, Headers, bytes]  # status, headers (lowercase names), the whole body
+
+
+class Parts(Protocol):
+    """A body made as it is sent: the server iterates it (awaiting the client between parts), then always calls
+    aclose(), also when it stops early (the client left, a HEAD request)."""
+
+    def __aiter__(self) -> AsyncIterator[bytes]: ...
+
+    async def aclose(self) -> None: ...
+
+
+Response = tuple[int, Headers, "bytes | Parts"]  # status, headers (lowercase names), the whole body or its parts
 JSON_HEADERS: Headers = [(b"content-type", b"application/json"), (b"x-content-type-options", b"nosniff")]
 
 

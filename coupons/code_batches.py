@@ -1,0 +1,279 @@
+"""Unique codes in bulk (issue 19): generate a batch (resumable, in chunks), import legacy codes (all or nothing),
+export a campaign's or a batch's codes as CSV (streamed).
+
+Generation never checks before it inserts: every code is built from a serial of the PostgreSQL sequence
+`coupons_unique_code_serial` (coupons.unique_codes), so two codes never collide. A chunk is one transaction:
+it locks the batch row, takes its serials (`nextval` over `generate_series`), COPYs the codes and adds them to
+the batch's `inserted` counter. A worker killed mid-chunk loses only that chunk's transaction (and its serials,
+a gap in the sequence); a rerun reads `inserted` and makes exactly the codes still missing. Two runs of one
+batch at once queue on the row lock, so the count stays exact.
+"""
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from celery import current_app
+from django.db import IntegrityError, connection, transaction
+from django.db.models import F, Sum
+from django.utils import timezone
+
+from campaigns.models import Campaign, CampaignKind
+from core.errors import BadRequest, Conflict
+
+from .models import CodeBatch, CodeBatchSource, CodeBatchState, Coupon, UniqueCode
+from .unique_codes import (
+    IMPORTED_CODE_RE,
+    PREFIX_RE,
+    SERIALS,
+    canonical_unique_code,
+    forget_imported_codes,
+    in_code_order,
+    unique_codes,
+)
+
+GENERATE_TASK = "coupons.tasks.code_batch_generate"
+MAX_COUNT = 10_000_000  # codes per batch (generated) or lines per file (imported)
+# Codes per transaction: ~0.1 s of work at ~100,000 codes/s, so progress moves every tenth of a second and a
+# killed worker loses at most that much (bench/codes_bench.py).
+CHUNK = 10_000
+COPY_BLOCK = 1_000  # codes per write() into a COPY
+EXPORT_PAGE = 10_000
+EXPORT_HEADER = ["code", "status", "holder", "batch"]
+_COPY = "COPY coupons_uniquecode (code, campaign_id, batch_id) FROM STDIN"  # created_at: the database's
+
+
+def check_codes_campaign(campaign: Campaign) -> None:
+    """Refuse a campaign that cannot hold unique codes (a grab campaign, or one with a shared code)."""
+    if campaign.kind != CampaignKind.CODES:
+        raise Conflict(f"{campaign} is a {campaign.kind} campaign: unique codes belong to codes campaigns.")
+    if campaign.code:
+        raise Conflict(f"{campaign} has the shared code {campaign.code}: unique codes need a campaign without one.")
+
+
+def check_prefix(prefix: str) -> str:
+    """Return the prefix upper-cased; refuse one that is not 1-16 of [A-Z0-9] (empty: no prefix)."""
+    prefix = prefix.strip().upper()
+    if prefix and not PREFIX_RE.fullmatch(prefix):
+        raise BadRequest(f"prefix: 1-16 letters and digits, got {prefix!r}")
+    return prefix
+
+
+def serials_left() -> int:
+    """Return how many serials the sequence can still give, less those promised to unfinished batches."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT last_value, is_called FROM coupons_unique_code_serial")
+        last_value, is_called = cursor.fetchone()
+    promised = CodeBatch.objects.filter(
+        source=CodeBatchSource.GENERATED, state__in=[CodeBatchState.PENDING, CodeBatchState.RUNNING,
+                                                     CodeBatchState.FAILED]
+    ).aggregate(n=Sum(F("requested") - F("inserted")))["n"] or 0
+    return SERIALS - (last_value + 1 if is_called else last_value) - promised
+
+
+def code_batch_create(*, campaign: Campaign, count: int, prefix: str = "", created_by: str) -> CodeBatch:
+    """Validate and record a pending batch of `count` codes for the campaign (code_batch_generate fills it)."""
+    check_codes_campaign(campaign)
+    prefix = check_prefix(prefix)
+    if not 1 <= count <= MAX_COUNT:
+        raise BadRequest(f"count: 1 to {MAX_COUNT:,} codes, got {count:,}")
+    left = serials_left()
+    if count > left:
+        raise Conflict(f"count: only {max(left, 0):,} more unique codes can be generated (the serials' capacity).")
+    return CodeBatch.objects.create(campaign=campaign, source=CodeBatchSource.GENERATED, prefix=prefix,
+                                    requested=count, created_by=created_by[:150])
+
+
+def code_batch_send(*, batch: CodeBatch) -> None:
+    """Have a Celery worker fill the batch, once the current transaction commits (sent by name)."""
+
+    def send() -> None:
+        result = current_app.send_task(GENERATE_TASK, args=[batch.pk], ignore_result=True)
+        CodeBatch.objects.filter(pk=batch.pk).update(task_id=result.id or "")
+
+    transaction.on_commit(send)
+
+
+def code_batch_generate(*, batch_id: int, chunk: int = CHUNK,
+                        progress: Callable[[CodeBatch], None] | None = None) -> CodeBatch:
+    """Fill a generated batch up to its requested count, one committed chunk at a time; return it done.
+
+    Safe to rerun after a crash (it continues from the batch's `inserted`) and to run twice at once (chunks
+    queue on the batch row's lock). `progress` is called after each chunk. On an error the batch is marked
+    failed (with the error) and the error raised; a rerun resumes it. Call outside any transaction.
+    """
+    if not CodeBatch.objects.filter(pk=batch_id, source=CodeBatchSource.GENERATED).exists():
+        raise BadRequest(f"no generated batch {batch_id}")
+    try:
+        while True:
+            with transaction.atomic():
+                batch = CodeBatch.objects.select_for_update().get(pk=batch_id)
+                n = min(chunk, batch.requested - batch.inserted)
+                if n <= 0:
+                    if batch.state != CodeBatchState.DONE:
+                        batch.state, batch.error, batch.finished_at = CodeBatchState.DONE, "", timezone.now()
+                        batch.save(update_fields=["state", "error", "finished_at"])
+                    return batch
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT nextval('coupons_unique_code_serial') FROM generate_series(1, %s)", [n])
+                    serials = [row[0] for row in cursor.fetchall()]
+                    _copy_codes(cursor, _generated_blocks(batch.prefix, serials), batch)
+                batch.inserted += n
+                batch.state, batch.error = CodeBatchState.RUNNING, ""
+                batch.save(update_fields=["inserted", "state", "error"])
+            if progress is not None:
+                progress(batch)
+    except Exception as exc:
+        CodeBatch.objects.filter(pk=batch_id).exclude(state=CodeBatchState.DONE).update(
+            state=CodeBatchState.FAILED, error=f"{type(exc).__name__}: {exc}"[:2000])
+        raise
+
+
+def _copy_codes(cursor: Any, blocks: Iterable[list[str]], batch: CodeBatch) -> None:
+    """COPY the codes into the batch: blocks of tab-separated text (no tab or backslash can occur in a code)."""
+    tail = f"\t{batch.campaign_id}\t{batch.pk}\n"
+    with cursor.cursor.copy(_COPY) as copy:  # psycopg 3's cursor under Django's wrapper
+        for block in blocks:
+            copy.write(tail.join(block) + tail)
+
+
+def _generated_blocks(prefix: str, serials: list[int]) -> Iterator[list[str]]:
+    """Yield the codes of the serials in blocks of COPY_BLOCK, in ascending code order.
+
+    Made block by block while the COPY runs: PostgreSQL inserts one block while this process builds the next
+    (the two overlap instead of taking turns). In code order: the unique index's B-tree is then filled from left
+    to right, not at random (bench/codes_bench.py: both ~25% of the time a code).
+    """
+    ordered = in_code_order(serials)
+    for i in range(0, len(ordered), COPY_BLOCK):
+        yield unique_codes(prefix, ordered[i : i + COPY_BLOCK])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Import
+
+
+@dataclass(frozen=True)
+class ImportProblem:
+    line: int
+    text: str
+    problem: str
+
+    def __str__(self) -> str:
+        return f"line {self.line}: {self.text!r}: {self.problem}"
+
+
+class CodesImportRefused(BadRequest):
+    """An import with at least one bad line: nothing was imported; `problems` lists every bad line."""
+
+    def __init__(self, problems: list[ImportProblem]) -> None:
+        super().__init__(f"nothing imported: {len(problems)} bad line(s)")
+        self.problems = problems
+
+
+def _import_lines(lines: Iterable[str]) -> Iterator[tuple[int, str]]:
+    """Yield (line number, code text) of a file of one code a line, or of the export's CSV (its header first)."""
+    is_csv = None
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        if is_csv is None:
+            is_csv = line.strip().lower() == ",".join(EXPORT_HEADER)
+            if is_csv:
+                continue
+        if is_csv:
+            fields = next(csv.reader([line]), [])
+            yield number, fields[0] if fields else ""
+        else:
+            yield number, line
+
+
+def code_batch_import(*, campaign: Campaign, lines: Iterable[str], created_by: str) -> CodeBatch:
+    """Import legacy codes, all or nothing: every line valid (4-40 of [A-Z0-9-], upper-cased, trimmed), none
+    twice in the file, none already a code (unique, coupon or shared); else CodesImportRefused listing every
+    bad line, and nothing is written. Blank lines are skipped."""
+    check_codes_campaign(campaign)
+    problems: list[ImportProblem] = []
+    first_line: dict[str, int] = {}
+    for number, raw in _import_lines(lines):
+        text = raw.strip().upper()
+        if not text:
+            continue
+        if not IMPORTED_CODE_RE.fullmatch(text):
+            problems.append(ImportProblem(number, raw.strip()[:60], "not 4-40 of A-Z, 0-9 and '-'"))
+        elif text in first_line:
+            problems.append(ImportProblem(number, text, f"duplicate of line {first_line[text]}"))
+        elif canonical_unique_code(text) is not None:
+            problems.append(ImportProblem(number, text, "has the form of a generated code: generate codes instead"))
+        else:
+            first_line[text] = number
+        if len(first_line) + len(problems) > MAX_COUNT:
+            raise BadRequest(f"a file of at most {MAX_COUNT:,} codes")
+    codes = list(first_line)
+    for existing in _existing_codes(codes):
+        problems.append(ImportProblem(first_line[existing], existing, "already exists"))
+    if not codes and not problems:
+        raise BadRequest("no code in the file")
+    if problems:
+        raise CodesImportRefused(sorted(problems, key=lambda p: p.line))
+    try:
+        with transaction.atomic():
+            batch = CodeBatch.objects.create(
+                campaign=campaign, source=CodeBatchSource.IMPORTED, requested=len(codes), inserted=len(codes),
+                state=CodeBatchState.DONE, created_by=created_by[:150], finished_at=timezone.now())
+            with connection.cursor() as cursor:
+                _copy_codes(cursor, (codes[i : i + COPY_BLOCK] for i in range(0, len(codes), COPY_BLOCK)), batch)
+    except IntegrityError as exc:  # a code added by someone else since the check above
+        raise Conflict("a code of the file was added meanwhile; nothing imported, import the file again") from exc
+    forget_imported_codes()
+    return batch
+
+
+def _existing_codes(codes: list[str]) -> Iterator[str]:
+    """Yield the codes that are already a unique code, a coupon's code or a shared code (any case)."""
+    for i in range(0, len(codes), CHUNK):
+        part = codes[i : i + CHUNK]
+        yield from UniqueCode.objects.filter(code__in=part).values_list("code", flat=True)
+        yield from Coupon.objects.filter(code__in=part).values_list("code", flat=True)
+        yield from (code for code in Campaign.objects.filter(code__in=part).values_list("code", flat=True) if code)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Export
+
+
+_EXPORT_SQL = """
+SELECT u.id, u.code, COALESCE(c.status, 'unused'), COALESCE(u.holder_id, ''), u.batch_id
+FROM coupons_uniquecode u LEFT JOIN coupons_coupon c ON c.id = u.coupon_id
+WHERE u.{column} = %s AND u.id > %s ORDER BY u.id LIMIT %s
+"""
+
+
+def unique_codes_csv(*, campaign_id: int, batch_id: int | None = None, page: int = EXPORT_PAGE) -> Iterator[str]:
+    """Yield the CSV (code,status,holder,batch) of a campaign's or one batch's codes, a page at a time.
+
+    Keyset pages (id > last id, on the index of campaign or batch): constant memory, and every page is its own
+    short query, so the stream may be consumed in any thread and for as long as the client reads.
+    status is 'unused' while nobody holds a code, else its coupon's status.
+    """
+    column, value = ("batch_id", batch_id) if batch_id is not None else ("campaign_id", campaign_id)
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(EXPORT_HEADER)
+    yield out.getvalue()
+    last = 0
+    while True:
+        with connection.cursor() as cursor:
+            cursor.execute(_EXPORT_SQL.format(column=column), [value, last, page])
+            rows = cursor.fetchall()
+        if not rows:
+            return
+        out.seek(0)
+        out.truncate()
+        writer.writerows(row[1:] for row in rows)
+        last = rows[-1][0]
+        yield out.getvalue()
+

@@ -1,0 +1,98 @@
+"""python manage.py codes_generate CAMPAIGN --count N [--prefix P]: N new unique codes for a codes campaign."""
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from campaigns.models import Campaign
+from core.errors import ApplicationError
+from coupons.code_batches import CHUNK, code_batch_create, code_batch_generate, code_batch_send
+from coupons.models import CodeBatch, CodeBatchSource, CodeBatchState
+
+NO_WORKER_WARNING_SECONDS = 15.0
+
+
+class Command(BaseCommand):
+    help = (
+        "Generate N unique codes for a codes campaign (no shared code), in committed chunks, printing progress "
+        "on stderr and one JSON line {\"batch\": ..., \"count\": N} at the end. The codes are made in this process "
+        "(no worker needed) unless --worker hands the batch to the Celery worker (this command then follows it). "
+        "--resume BATCH finishes a batch that was interrupted (exact count, no duplicates)."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("campaign", type=int, help="campaign id")
+        what = parser.add_mutually_exclusive_group(required=True)
+        what.add_argument("--count", type=int, help=f"codes to generate, 1 to 10,000,000 (chunks of {CHUNK:,})")
+        what.add_argument("--resume", type=int, metavar="BATCH", help="finish this batch (its id)")
+        parser.add_argument("--prefix", default="", help="1-16 letters and digits before the code (upper-cased)")
+        parser.add_argument("--worker", action="store_true",
+                            help="let the Celery worker generate the batch; follow its progress here")
+        parser.add_argument("--chunk", type=int, default=CHUNK, help=f"codes per transaction (default {CHUNK:,})")
+        parser.add_argument("--actor", default="manage.py codes_generate", help="who asked (the batch's created_by)")
+
+    def handle(self, *args: Any, **opts: Any) -> None:
+        if not 1 <= opts["chunk"] <= 100_000:
+            raise CommandError("--chunk: 1 to 100,000")
+        campaign = Campaign.objects.filter(pk=opts["campaign"]).first()
+        if campaign is None:
+            raise CommandError(f"No campaign #{opts['campaign']}.")
+        try:
+            if opts["resume"] is not None:
+                found = CodeBatch.objects.filter(pk=opts["resume"], campaign=campaign,
+                                                 source=CodeBatchSource.GENERATED).first()
+                if found is None:
+                    raise CommandError(f"--resume: campaign #{campaign.pk} has no generated batch #{opts['resume']}.")
+                batch = found
+            else:
+                batch = code_batch_create(campaign=campaign, count=opts["count"], prefix=opts["prefix"],
+                                          created_by=opts["actor"])
+            self.stderr.write(f"batch {batch.pk}: {batch.requested:,} codes for {campaign}"
+                              f"{f', prefix {batch.prefix}' if batch.prefix else ''}")
+            progress = Progress(self.stderr.write, batch)
+            if opts["worker"]:
+                code_batch_send(batch=batch)  # sent at once: management commands run in autocommit
+                batch = self._follow(batch.pk, progress)
+            else:
+                batch = code_batch_generate(batch_id=batch.pk, chunk=opts["chunk"], progress=progress)
+        except ApplicationError as exc:
+            raise CommandError(exc.message) from exc
+        if batch.state != CodeBatchState.DONE:
+            raise CommandError(f"batch {batch.pk} {batch.state}: {batch.error}; finish it with --resume {batch.pk}")
+        progress(batch, final=True)
+        self.stdout.write(json.dumps({"batch": batch.pk, "count": batch.inserted}))
+
+    def _follow(self, batch_id: int, progress: Progress) -> CodeBatch:
+        """Poll the batch the worker fills until it is done or failed (Ctrl-C stops following, not the worker)."""
+        sent, warned = time.monotonic(), False
+        while True:
+            batch = CodeBatch.objects.get(pk=batch_id)
+            if batch.state in (CodeBatchState.DONE, CodeBatchState.FAILED):
+                return batch
+            progress(batch)
+            if batch.state == CodeBatchState.PENDING and not warned \
+                    and time.monotonic() - sent > NO_WORKER_WARNING_SECONDS:
+                self.stderr.write("no worker has started the batch yet: is `celery -A config worker` running? "
+                                  "(or run without --worker)")
+                warned = True
+            time.sleep(1.0)
+
+
+class Progress:
+    """Print a batch's progress at most once a second: codes made, share, rate since this command started."""
+
+    def __init__(self, write: Any, batch: CodeBatch) -> None:
+        self.write, self.start, self.first, self.last = write, time.monotonic(), batch.inserted, 0.0
+
+    def __call__(self, batch: CodeBatch, final: bool = False) -> None:
+        now = time.monotonic()
+        if not final and now - self.last < 1.0:
+            return
+        self.last = now
+        rate = (batch.inserted - self.first) / max(now - self.start, 1e-9)
+        share = 100 * batch.inserted / batch.requested if batch.requested else 100.0
+        self.write(f"batch {batch.pk}: {batch.inserted:,} / {batch.requested:,} codes ({share:.0f}%), "
+                   f"{rate:,.0f} codes/s, {batch.state}")

@@ -35,11 +35,11 @@ def commandstats(client: Any) -> dict[str, dict[str, float]]:
     return {name.removeprefix("cmdstat_"): values for name, values in client.info("commandstats").items()}
 
 
-def evalsha_usec(before: dict[str, dict[str, float]], after: dict[str, dict[str, float]]) -> float | None:
-    """EVALSHA's usec_per_call between two commandstats readings (None when none ran)."""
-    calls = after.get("evalsha", {}).get("calls", 0) - before.get("evalsha", {}).get("calls", 0)
+def script_cost(before: dict[str, dict[str, float]], after: dict[str, dict[str, float]]) -> dict[str, Any]:
+    """EVALSHA between two commandstats readings: calls, and usec_per_call (None when none ran)."""
+    calls = int(after.get("evalsha", {}).get("calls", 0) - before.get("evalsha", {}).get("calls", 0))
     usec = after.get("evalsha", {}).get("usec", 0) - before.get("evalsha", {}).get("usec", 0)
-    return round(usec / calls, 2) if calls else None
+    return {"calls": calls, "usec_per_call": round(usec / calls, 2) if calls else None}
 
 
 def version_at(rev: str) -> tuple[str, Any]:

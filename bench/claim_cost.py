@@ -180,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=3, help="rounds per script (3)")
     p.add_argument("--repeat", type=float, default=0.15, help="share of repeated shoppers (0.15)")
     p.add_argument("--script", action="append", default=[], help="another claim script to measure beside")
+    p.add_argument("--script-before", action="append", default=[],
+                   help="another claim script with the keys and arguments of --before's")
     p.add_argument("--before", metavar="REV", help="measure the claim script and its call of git revision REV beside")
     p.add_argument("--redis-url", help="a Redis to use (FLUSHALLed) instead of a throwaway Valkey")
     p.add_argument("--json", help="write the figures here too")
@@ -194,7 +196,11 @@ def main(argv: list[str] | None = None) -> int:
 
     scripts = [("claim.lua", (redis_state.LUA_DIR / "claim.lua").read_text(), redis_state.claim_call)]
     if a.before:
-        scripts.insert(0, (f"claim.lua at {a.before}", *version_at(a.before)))
+        before_script, before_call = version_at(a.before)
+        scripts.insert(0, (f"claim.lua at {a.before}", before_script, before_call))
+        scripts += [(Path(s).name, Path(s).read_text(), before_call) for s in a.script_before]
+    elif a.script_before:
+        p.error("--script-before needs --before")
     scripts += [(Path(s).name, Path(s).read_text(), redis_state.claim_call) for s in a.script]
     if a.redis_url and len(scripts) > 1:
         p.error("--redis-url measures claim.lua alone (each script runs on a Redis of its own)")

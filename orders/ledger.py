@@ -8,13 +8,14 @@ lost since), then the housekeeping trims them (never an entry not yet delivered 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import redis
 
 from campaigns.redis_state import DRAIN_GROUP, StoreUnavailable, campaign_keys, redis_client
+from core.auth import USER_ID_RE
 
 CLAIM_ID_RE = re.compile(r"([1-9][0-9]{0,17})-([0-9]{1,15})-([0-9]{1,10})")
 
@@ -25,6 +26,7 @@ class LedgerEntry:
     entry_id: str
     user_id: str
     key_digest: str = ""  # of the shopper's Idempotency-Key, when the claim came with one
+    raw: dict[str, str] = field(default_factory=dict, compare=False, repr=False)  # every field, as Redis held it
 
     @property
     def claim_id(self) -> str:
@@ -51,15 +53,35 @@ def _decode(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
+def _text(value: bytes | str) -> str:
+    """A field's value as text: bytes that are not UTF-8 escaped (such an entry then fails entry_problem)."""
+    return value.decode(errors="backslashreplace") if isinstance(value, bytes) else value
+
+
 def _entries(campaign_id: int, raw: Any) -> list[LedgerEntry]:
     entries = []
     for entry_id, fields in raw:
         if fields is None:  # deleted while pending
             continue
-        user = fields.get(b"u", fields.get("u", b""))
-        digest = fields.get(b"k", fields.get("k", b""))
-        entries.append(LedgerEntry(campaign_id, _decode(entry_id), _decode(user), _decode(digest)))
+        text = {_text(k): _text(v) for k, v in fields.items()}
+        entries.append(LedgerEntry(campaign_id, _decode(entry_id), text.get("u", ""), text.get("k", ""), text))
     return entries
+
+
+KEY_DIGEST_RE = re.compile(r"[0-9a-f]{32}")
+_LAST_MS = int(datetime(9000, 1, 1, tzinfo=UTC).timestamp() * 1000)  # room for any coupon validity after it
+
+
+def entry_problem(entry: LedgerEntry) -> str | None:
+    """Why an entry can never be a claim (the claim script writes none such; something else put it there), or
+    None: a user id the API would accept, a key digest or none, a claim time a coupon's validity can follow."""
+    if USER_ID_RE.fullmatch(entry.user_id) is None:
+        return f"not a user id: {entry.user_id[:80]!r}" + ("..." if len(entry.user_id) > 80 else "")
+    if entry.key_digest and KEY_DIGEST_RE.fullmatch(entry.key_digest) is None:
+        return f"not a key digest: {entry.key_digest[:80]!r}"
+    if int(entry.entry_id.partition("-")[0]) >= _LAST_MS:
+        return f"claim time out of range: {entry.entry_id}"
+    return None
 
 
 def read_new(campaign_id: int, *, consumer: str, count: int) -> list[LedgerEntry]:

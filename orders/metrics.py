@@ -46,6 +46,9 @@ DRAIN_READ = Counter("couponrush_drain_read", "Ledger entries the drain read (ne
 DRAIN_FAILURES = Counter("couponrush_drain_failures",
                          "Drains of a campaign that stopped on an error (its entries stay pending; the next drain "
                          "takes them over)", ["campaign"])
+LEDGER_PARKED = Counter("couponrush_ledger_parked",
+                        "Ledger entries the drain could never persist, parked (orders_parkedledgerentry) and "
+                        "acknowledged so they hold back no other claim; once per entry", ["campaign"])
 
 
 

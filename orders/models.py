@@ -61,3 +61,37 @@ class Reconciliation(models.Model):
 
     def __str__(self) -> str:
         return f"#{self.campaign_id} {'balanced' if self.balanced else 'DRIFT'} at {self.created_at:%Y-%m-%d %H:%M}"
+
+
+class ParkedState(models.TextChoices):
+    PARKED = "parked", "Parked (not persisted)"
+    RETRIED = "retried", "Retried and persisted"
+    DISCARDED = "discarded", "Discarded"
+
+
+class ParkedLedgerEntry(models.Model):
+    """A ledger entry the drain could not persist (a malformed user id, a time out of range, ...): kept here with
+    its raw fields and the error, and acknowledged in the ledger, so that it holds back no other claim
+    (orders/parking.py). One row per entry, however often it is tried: a retry that fails again counts an
+    attempt and leaves it parked; each retry and discard is in `history` and the admin's log."""
+
+    campaign = models.ForeignKey(Campaign, on_delete=models.PROTECT, related_name="parked_entries", db_index=False)
+    entry_id = models.CharField(max_length=48, help_text="The ledger stream entry id")
+    fields = models.JSONField(help_text="The entry's raw fields as Redis held them (bytes not UTF-8 escaped)")
+    error = models.TextField(help_text="Why it could not be persisted (the last attempt's error)")
+    state = models.CharField(max_length=10, choices=ParkedState.choices, default=ParkedState.PARKED)
+    attempts = models.PositiveIntegerField(default=1, help_text="Times it was tried and failed")
+    history = models.JSONField(default=list, blank=True, help_text="Retries and discards: when, by whom, outcome")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [models.UniqueConstraint(fields=["campaign", "entry_id"], name="parked_entry_once")]
+
+    def __str__(self) -> str:
+        return f"{self.campaign_id}-{self.entry_id} ({self.state})"
+
+    @property
+    def claim_id(self) -> str:
+        return f"{self.campaign_id}-{self.entry_id}"

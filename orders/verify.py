@@ -14,7 +14,7 @@ from coupons.models import Coupon, CouponEvent, CouponStatus
 from coupons.services import SHARED_USE
 
 from . import ledger
-from .models import Claim, ClaimStatus
+from .models import Claim, ClaimStatus, ParkedLedgerEntry, ParkedState
 
 
 @dataclass
@@ -33,6 +33,7 @@ class Balance:
     restocked: int
     coupons: int
     issued_claims: int
+    parked: int = 0  # ledger entries the drain could never persist (orders/parking.py): no claims, not counted
     users_over_limit: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     # What reconciliation may repair: ledger entries PostgreSQL lacks, per-user counts Redis has wrong.
@@ -74,6 +75,7 @@ class _PersistedSide:
     issued: int  # claims no longer pending
     orphans: int  # issued claims without a coupon
     misfiled_events: int  # events of the campaign's coupons filed under another campaign, or the reverse
+    parked_ledger_ids: set[str]  # which of the cut's ledger entries are parked or discarded (no claims)
 
 
 def _persisted_side(campaign: Campaign, snap: ledger.LedgerSnapshot) -> _PersistedSide:
@@ -81,6 +83,7 @@ def _persisted_side(campaign: Campaign, snap: ledger.LedgerSnapshot) -> _Persist
     seen by all of it or by none (separate queries counted such an entry twice, as persisted and as missing)."""
     ms, seq = (int(part) for part in snap.last_id.split("-"))
     claims, coupons, events = Claim._meta.db_table, Coupon._meta.db_table, CouponEvent._meta.db_table
+    parked = ParkedLedgerEntry._meta.db_table
     with connection.cursor() as cursor:
         cursor.execute(
             f"""
@@ -101,16 +104,20 @@ def _persisted_side(campaign: Campaign, snap: ledger.LedgerSnapshot) -> _Persist
               (SELECT count(*) FROM {events} AS e JOIN {coupons} AS k ON k.id = e.coupon_id
                  WHERE e.campaign_id = %(campaign)s AND k.campaign_id <> %(campaign)s)
               + (SELECT count(*) FROM {coupons} AS k JOIN {events} AS e ON e.coupon_id = k.id
-                 WHERE k.campaign_id = %(campaign)s AND e.campaign_id <> %(campaign)s)
+                 WHERE k.campaign_id = %(campaign)s AND e.campaign_id <> %(campaign)s),
+              (SELECT coalesce(array_agg(%(campaign)s || '-' || entry_id), '{{}}') FROM {parked}
+                 WHERE campaign_id = %(campaign)s AND state <> %(retried)s
+                   AND %(campaign)s || '-' || entry_id = ANY(%(ledger)s))
             """,
             {"campaign": campaign.pk, "ms": ms, "seq": seq, "ledger": [e.claim_id for e in snap.entries],
              "given": sorted(snap.cancelled), "cancelled": ClaimStatus.CANCELLED, "pending": ClaimStatus.PENDING,
-             "issued": ClaimStatus.ISSUED},
+             "issued": ClaimStatus.ISSUED, "retried": ParkedState.RETRIED},
         )
-        per_user, persisted, in_ledger, cancelled, owners, coupon_count, issued, orphans, misfiled = cursor.fetchone()
+        (per_user, persisted, in_ledger, cancelled, owners, coupon_count, issued, orphans, misfiled,
+         parked_ids) = cursor.fetchone()
     return _PersistedSide(per_user=per_user, persisted=persisted, persisted_ledger_ids=set(in_ledger),
                           cancelled=list(cancelled), given_back_owners=owners, coupons=coupon_count, issued=issued,
-                          orphans=orphans, misfiled_events=misfiled)
+                          orphans=orphans, misfiled_events=misfiled, parked_ledger_ids=set(parked_ids))
 
 
 def campaign_verify(*, campaign: Campaign) -> Balance:
@@ -122,7 +129,9 @@ def campaign_verify(*, campaign: Campaign) -> Balance:
         return codes_verify(campaign=campaign)
     snap = ledger.snapshot(campaign.pk)
     side = _persisted_side(campaign, snap)
-    missing = [e for e in snap.entries if e.claim_id not in side.persisted_ledger_ids]
+    # A parked entry (one the drain could never persist, acknowledged) is no claim: neither persisted nor missing.
+    missing = [e for e in snap.entries
+               if e.claim_id not in side.persisted_ledger_ids and e.claim_id not in side.parked_ledger_ids]
     # Per user: every claim up to the cut (PostgreSQL, plus the ledger's own), less those given back.
     expected: dict[str, int] = dict(side.per_user)
     for entry in missing:
@@ -139,6 +148,7 @@ def campaign_verify(*, campaign: Campaign) -> Balance:
         persisted_claims=side.persisted,
         ledger_only_claims=len(missing),
         restocked=len(snap.cancelled),
+        parked=len(side.parked_ledger_ids),
         coupons=side.coupons,
         issued_claims=side.issued,
         users_over_limit=sorted(u for u, n in expected.items() if n > campaign.per_user_limit),

@@ -7,7 +7,16 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
-from campaigns.redis_state import ClaimCode, campaign_keys, redis_client, run_claim, to_ms
+from campaigns.redis_state import (
+    OWN_ANSWER_KEEP_MS,
+    ClaimCode,
+    campaign_keys,
+    clear_drain_trigger,
+    redis_client,
+    redis_now_ms,
+    run_claim,
+    to_ms,
+)
 from campaigns.services import campaign_pause, campaign_preheat, campaign_resume, keys_expire_at
 
 pytestmark = pytest.mark.django_db
@@ -145,7 +154,7 @@ def test_only_the_first_claim_asks_for_a_drain_until_the_drain_clears_the_flag(l
     campaign = live_campaign(total_stock=5, per_user_limit=5)
 
     flags = [claim(campaign).trigger_drain for _ in range(3)]
-    redis_client().delete(campaign_keys(campaign.pk).drain)
+    clear_drain_trigger(campaign.pk)  # what the drain does when it starts
     after_drain = claim(campaign).trigger_drain
 
     assert flags == [True, False, False] and after_drain is True
@@ -182,7 +191,7 @@ def test_claims_survive_a_script_flush(live_campaign) -> None:
 def test_drain_flag_expires_so_a_lost_trigger_is_sent_again(live_campaign) -> None:
     campaign = live_campaign()
     claim(campaign)
-    ttl = redis_client().pttl(campaign_keys(campaign.pk).drain)
+    ttl = int(redis_client().hget(campaign_keys(campaign.pk).meta, "drain")) - redis_now_ms()
     assert 0 < ttl <= settings.COUPONS_DRAIN_TRIGGER_TTL_MS
 
 
@@ -210,16 +219,18 @@ def test_after_a_sell_out_claims_without_a_key_are_answered_from_memory_for_half
     (5, {"c", "u:alice"}),
     (0, {"c"}),  # shoppers not limited: no counter of the shopper's
 ])
-def test_a_rate_counter_is_kept_only_where_there_is_a_limit_and_lives_two_seconds(
+def test_a_rate_counter_is_kept_only_where_there_is_a_limit_in_its_seconds_hash_with_the_answer(
     live_campaign, settings, shopper_per_second, counters
 ) -> None:
     settings.COUPONS_RATE_LIMIT_SHOPPER_PER_SECOND = shopper_per_second
     campaign = live_campaign(total_stock=5)  # every campaign has a rate (10x its stock, at least 1,000/s)
 
-    assert claim(campaign, "alice").code == ClaimCode.CLAIMED
+    result = claim(campaign, "alice")
+    assert result.code == ClaimCode.CLAIMED
 
-    pattern = campaign_keys(campaign.pk).rate(0, "*").replace(":rl:0:", ":rl:*:")
-    found = {key.decode().split(":rl:")[1].split(":", 1)[1]: redis_client().pttl(key)
-             for key in redis_client().scan_iter(match=pattern)}
-    assert set(found) == counters
-    assert all(0 < ttl <= 2000 for ttl in found.values())
+    [key] = redis_client().scan_iter(match=campaign_keys(campaign.pk).second(0).replace(":s:0", ":s:*"))
+    fields = {k.decode(): v.decode() for k, v in redis_client().hgetall(key).items()}
+    answers = {k: v for k, v in fields.items() if k.startswith("a:")}
+    assert set(fields) - set(answers) == counters and all(fields[c] == "1" for c in counters)
+    assert list(answers.values()) == [f"0:{result.ledger_id}"]  # the claim's own answer, read after a lost reply
+    assert 0 < redis_client().pttl(key) <= OWN_ANSWER_KEEP_MS

@@ -63,7 +63,7 @@ def slot_of(cluster: Cluster, campaign: Campaign) -> int:
     """The slot of the campaign's keys, as the server computes it; every key of the campaign shares it."""
     keys = campaign_keys(campaign.pk)
     node = cluster.node(cluster.ports[0])
-    slots = {int(node.execute_command("CLUSTER", "KEYSLOT", key)) for key in [*keys.state, keys.drain]}
+    slots = {int(node.execute_command("CLUSTER", "KEYSLOT", key)) for key in [*keys.state, keys.second(0)]}
     node.close()
     assert len(slots) == 1, slots
     assert slots == {key_slot(keys.stock.encode())}

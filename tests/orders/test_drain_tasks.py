@@ -63,11 +63,11 @@ def test_drain_sweep_drains_every_loaded_campaign_with_a_backlog(live_campaign) 
 def test_drain_task_clears_the_trigger_flag_and_drains(live_campaign) -> None:
     campaign = live_campaign(total_stock=5)
     claim_create(campaign_id=campaign.pk, user_id="a", idempotency_key=None)
-    assert redis_client().exists(campaign_keys(campaign.pk).drain)
+    assert redis_client().hexists(campaign_keys(campaign.pk).meta, "drain")
 
     result = tasks.drain_campaign(campaign.pk)
 
-    assert result["persisted"] == 1 and not redis_client().exists(campaign_keys(campaign.pk).drain)
+    assert result["persisted"] == 1 and not redis_client().hexists(campaign_keys(campaign.pk).meta, "drain")
 
 
 @pytest.mark.django_db

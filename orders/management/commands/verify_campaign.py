@@ -24,7 +24,8 @@ def balance_lines(b: Balance) -> list[str]:
         f"- claims cancelled and restocked      {b.restocked:>10}",
         f"= {right:>44}",
         f"  coupons {b.coupons}, claims issued {b.issued_claims}, shoppers above the limit "
-        f"{len(b.users_over_limit)}, per-user counts wrong in Redis {len(b.users_drift)}",
+        f"{len(b.users_over_limit)}, per-user counts wrong in Redis {len(b.users_drift)}, ledger entries parked "
+        f"(never persisted, not claims) {b.parked}",
         *[f"  problem: {p}" for p in b.problems],
         "BALANCED" if b.balanced else "NOT BALANCED",
     ]

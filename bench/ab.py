@@ -1,6 +1,12 @@
 """Interleaved A/B of two checkouts' web servers on the claim: the selling claim and the sold-out storm.
 
     .venv/bin/python bench/ab.py --old ../base [--new .] [--rounds 4] [--duration 8]
+    .venv/bin/python bench/ab.py --old . --old-workers 2 --new-workers 1 --only fixed --fixed-rates 4000,8000,12000
+
+`--old-workers` / `--new-workers` give each side's web server workers (2, the run command's), so that one checkout
+can be measured against itself with another worker count (issue 24: the default is chosen by this). `--fixed-rates`
+adds, in every round, bench/loadgen at each of those rates on both sides (latency from the intended send time,
+100 connections; `--only fixed` runs these alone).
 
 Both servers run at once from the same stores (DATABASE_URL / REDIS_URL, or embedded servers under
 var/bench/), the same token secret and the same command line (`python -m config.server --workers 2`, each from
@@ -29,12 +35,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common  # noqa: E402
+import suite  # noqa: E402
 from common import BENCH_VAR, CLAIM_LUA, LOG_DIR, RESULTS_DIR, log  # noqa: E402
 
 
-def start_server(name: str, checkout: Path, port: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
+def start_server(name: str, checkout: Path, port: int, env: dict[str, str], workers: int) -> subprocess.Popen[bytes]:
     LOG_DIR.mkdir(parents=True, exist_ok=True)
-    argv = [sys.executable, "-m", "config.server", "--host", "127.0.0.1", "--port", str(port), "--workers", "2"]
+    argv = [sys.executable, "-m", "config.server", "--host", "127.0.0.1", "--port", str(port), "--workers",
+            str(workers)]
     with open(LOG_DIR / f"ab-{name}.log", "wb") as out:
         proc = subprocess.Popen(argv, cwd=checkout, env={**env, "PYTHONPATH": str(checkout)},
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
@@ -66,8 +74,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=8.0, help="seconds of each wrk run (8)")
     parser.add_argument("--connections", type=int, default=100)
     parser.add_argument("--shoppers", type=int, default=400_000, help="shoppers per side and round (400000)")
-    parser.add_argument("--only", choices=["selling", "sold_out"], help="measure one of the two loads only")
+    parser.add_argument("--only", choices=["selling", "sold_out", "fixed"], help="measure one of the loads only")
+    parser.add_argument("--old-workers", type=int, default=2, help="web server workers of --old (2)")
+    parser.add_argument("--new-workers", type=int, default=2, help="web server workers of --new (2)")
+    parser.add_argument("--fixed-rates", default="", help="fixed rates (claims/s, comma-separated) for bench/loadgen")
     args = parser.parse_args(argv)
+    fixed_rates = [int(r) for r in args.fixed_rates.split(",") if r.strip()]
+    if args.only == "fixed" and not fixed_rates:
+        parser.error("--only fixed needs --fixed-rates")
+    loadgen = suite.build_loadgen() if fixed_rates else None
     common.set_name("ab")
     sides = {"old": args.old.resolve(), "new": args.new.resolve()}
     stores = common.start_stores()
@@ -81,8 +96,9 @@ def main(argv: list[str] | None = None) -> int:
         selling = common.create_campaign(env_new, 10_000_000)
         sold_out = common.create_campaign(env_new, 1)
         ports = {name: common.free_port() for name in sides}
+        workers = {"old": args.old_workers, "new": args.new_workers}
         for name, checkout in sides.items():
-            servers[name] = start_server(name, checkout, ports[name], env)
+            servers[name] = start_server(name, checkout, ports[name], env, workers[name])
         first = common.write_tokens(BENCH_VAR / "ab-first.txt", 1, secret, prefix="first")
         user, token = first.read_text().split()
         assert claim_once(ports["new"], sold_out, user, token) == "claimed"
@@ -97,17 +113,31 @@ def main(argv: list[str] | None = None) -> int:
                                              prefix=f"{name[0]}{i:02d}x")
                 url = f"http://127.0.0.1:{ports[name]}"
                 skipped = {"requests_per_s": float("nan"), "p99_ms": None}
-                sell = skipped if args.only == "sold_out" else common.run_wrk(
+                sell = skipped if args.only in ("sold_out", "fixed") else common.run_wrk(
                     f"ab {name} selling r{i + 1}", url, threads=2, connections=args.connections,
                     duration=args.duration, script=CLAIM_LUA, script_args=[str(selling), str(tokens)])
-                storm = skipped if args.only == "selling" else common.run_wrk(
+                storm = skipped if args.only in ("selling", "fixed") else common.run_wrk(
                     f"ab {name} sold-out r{i + 1}", url, threads=2, connections=args.connections,
                     duration=args.duration, script=CLAIM_LUA, script_args=[str(sold_out), str(tokens)])
                 row[name] = {"selling": sell["requests_per_s"], "selling_p99_ms": sell.get("p99_ms"),
                              "sold_out": storm["requests_per_s"], "sold_out_p99_ms": storm.get("p99_ms")}
+                offset = 0
+                for rate in fixed_rates:  # the same token file, later shoppers: every claim a fresh shopper
+                    assert loadgen is not None
+                    run = suite.run_loadgen(loadgen, f"ab {name} fixed {rate} r{i + 1}", port=ports[name],
+                                            path=f"/api/v1/campaigns/{selling}/claim", rate=rate,
+                                            duration=args.duration, connections=args.connections, tokens=tokens,
+                                            offset=offset, repeat=0.15)
+                    offset += run["sent"] + args.connections
+                    row[name][f"fixed_{rate}"] = suite.run_summary(run)
             row["ratio_selling"] = round(row["new"]["selling"] / row["old"]["selling"], 3)
             row["ratio_sold_out"] = round(row["new"]["sold_out"] / row["old"]["sold_out"], 3)
             rounds.append(row)
+            for rate in fixed_rates:
+                old, new = row["old"][f"fixed_{rate}"], row["new"][f"fixed_{rate}"]
+                log(f"round {i + 1}: fixed {rate:,}/s p99 from intent old {old['p99_ms_from_intent']} ms, new "
+                    f"{new['p99_ms_from_intent']} ms (achieved {old['achieved_rate']:,.0f} / "
+                    f"{new['achieved_rate']:,.0f})")
             log(f"round {i + 1}: selling old {row['old']['selling']:,.0f} new {row['new']['selling']:,.0f} "
                 f"({row['ratio_selling']}), sold-out old {row['old']['sold_out']:,.0f} "
                 f"new {row['new']['sold_out']:,.0f} ({row['ratio_sold_out']})")
@@ -115,6 +145,10 @@ def main(argv: list[str] | None = None) -> int:
             "when": datetime.now(UTC).isoformat(timespec="seconds"), "old": str(sides["old"]),
             "new": str(sides["new"]), "duration_s": args.duration, "connections": args.connections,
             "loadavg_before": os.getloadavg(), "rounds": rounds,
+            "workers": workers, "fixed_rates": fixed_rates,
+            "median_fixed_p99_ms": {f"{side} {rate}": statistics.median(
+                r[side][f"fixed_{rate}"]["p99_ms_from_intent"] or float("inf") for r in rounds)
+                for rate in fixed_rates for side in sides},
             "median_ratio_selling": statistics.median(r["ratio_selling"] for r in rounds),
             "median_ratio_sold_out": statistics.median(r["ratio_sold_out"] for r in rounds),
         }
@@ -127,6 +161,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"| {r['round']} | {'-'.join(r['order'])} | {r['old']['selling']:,.0f} | {r['new']['selling']:,.0f}"
                   f" | {r['ratio_selling']} | {r['old']['sold_out']:,.0f} | {r['new']['sold_out']:,.0f}"
                   f" | {r['ratio_sold_out']} |")
+        for rate in fixed_rates:
+            print(f"fixed {rate:,}/s p99 ms by round: old " + ", ".join(
+                str(r["old"][f"fixed_{rate}"]["p99_ms_from_intent"]) for r in rounds) + "; new " + ", ".join(
+                str(r["new"][f"fixed_{rate}"]["p99_ms_from_intent"]) for r in rounds))
         print(f"median new/old: selling {report['median_ratio_selling']}, sold-out {report['median_ratio_sold_out']}"
               f" ({out})")
         return 0

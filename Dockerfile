@@ -26,4 +26,4 @@ EXPOSE 8000 9808
 ENTRYPOINT ["/app/deploy/entrypoint.sh"]
 # Same command as config/devstack.py web_command(), listening on all interfaces (tests/test_compose.py).
 CMD ["python", "-m", "config.server", "--host", "0.0.0.0", "--port", "8000", \
-     "--workers", "2", "--static-path-route", "/static", "--static-path-mount", "/app/var/static"]
+     "--static-path-route", "/static", "--static-path-mount", "/app/var/static"]

@@ -40,7 +40,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import common  # noqa: E402 - bench/ is on sys.path when this runs as a script
-from common import (  # noqa: E402
+from common import (
     CLAIM_LUA,
     DEVSTACK_PROBLEM,
     MARKER_KEY,
@@ -54,6 +54,7 @@ from common import (  # noqa: E402
     build_seed_go,
     child_env,
     create_campaign,
+    default_workers,  # noqa: E402
     ensure_wrk,
     flush_redis,
     free_port,
@@ -325,7 +326,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--duration", type=int, default=10, help="seconds of each wrk run (10)")
     parser.add_argument("--connections", type=int, default=100, help="wrk connections, -c (100)")
     parser.add_argument("--threads", type=int, default=2, help="wrk threads, -t (2)")
-    parser.add_argument("--workers", type=int, default=2, help="web server workers (2, as the run command)")
+    parser.add_argument("--workers", type=int, default=default_workers(),
+                        help=f"web server workers ({default_workers()}: the run command's default, CPUs less one)")
     parser.add_argument("--server-args", default="", help="extra options for the web server (config/server.py), "
                         "e.g. --server-args='--threads 32'")
     parser.add_argument("--shoppers", type=int, default=200_000, help="distinct shoppers in the token file (200000)")

@@ -41,6 +41,9 @@ SEED_GO_DIR = SHARED / "reference" / "seed-go"
 SETTINGS_MODULE = "config.settings.dev"  # with DJANGO_DEBUG=false: production-like, without TLS redirects
 STOP_TIMEOUT = 10.0
 
+
+from webserver.server import default_workers  # noqa: E402, F401 - the run command's web workers (CPUs less one)
+
 # The run command's process lines and embedded servers live in config/devstack.py; reuse them when that module
 # imports cleanly (it is edited by others), fall back to equivalent local code otherwise.
 try:
@@ -579,7 +582,7 @@ def web_argv(port: int, workers: int, extra: list[str]) -> list[str]:
     if devstack is not None:
         argv = devstack.web_command(port)
     else:
-        argv = ["python", "-m", "config.server", "--host", "127.0.0.1", "--port", str(port), "--workers", "2"]
+        argv = ["python", "-m", "config.server", "--host", "127.0.0.1", "--port", str(port)]
     if "--workers" in argv:
         argv[argv.index("--workers") + 1] = str(workers)
     else:

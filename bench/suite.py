@@ -63,6 +63,7 @@ from common import (
     child_env,
     collectstatic_if_missing,
     create_campaign,
+    default_workers,
     ensure_wrk,
     flush_redis,
     free_port,
@@ -1371,7 +1372,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--duration", type=float, default=10, help="seconds of each load run (10)")
     p.add_argument("--connections", type=int, default=100, help="connections, wrk -c and loadgen -c (100)")
     p.add_argument("--threads", type=int, default=2, help="wrk threads, -t (2)")
-    p.add_argument("--workers", type=int, default=2, help="web server workers (2, as the run command)")
+    p.add_argument("--workers", type=int, default=default_workers(),
+                   help=f"web server workers ({default_workers()}: the run command's default, CPUs less one)")
     p.add_argument("--server-args", default="", help="extra options for the web server (config/server.py)")
     p.add_argument("--stock", type=int, default=10_000, help="stock of the storm campaign (10000)")
     p.add_argument("--sell-stock", type=int, default=2_000_000, help="stock of the selling campaign (2000000)")

@@ -64,7 +64,7 @@ def web_command(port: int, host: str = "127.0.0.1") -> list[str]:
     # Redis connection, the rest of the API through Django's WSGI handler in a thread pool. See docs/benchmarks.md.
     return [
         "python", "-m", "config.server",
-        "--host", host, "--port", str(port), "--workers", "2",
+        "--host", host, "--port", str(port),
         "--static-path-route", "/static", "--static-path-mount", str(STATIC_ROOT),
     ]  # fmt: skip
 

@@ -799,7 +799,8 @@ def parse_args(argv: list[str] | None, prog: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog=prog, description="Serve the application over HTTP/1.1.")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
+    parser.add_argument("--workers", type=int, default=default_workers(),
+                        help=f"worker processes (default {default_workers()}: the CPUs this process may use, less one)")
     parser.add_argument("--threads", type=int, default=int(os.environ.get("COUPONS_WEB_THREADS", "16")),
                         help="threads per worker for blocking work (default COUPONS_WEB_THREADS or 16)")
     parser.add_argument("--keep-alive", type=float, default=KEEP_ALIVE_SECONDS,
@@ -819,6 +820,14 @@ def parse_args(argv: list[str] | None, prog: str) -> argparse.Namespace:
         parser.error("--keep-alive, --request-timeout, --write-timeout and --max-connections must be positive")
     return args
 
+
+
+def default_workers() -> int:
+    """The CPUs this process may use, less one, at least one: on a host that also runs Redis, PostgreSQL and the
+    load's other end, a worker per core leaves the loopback traffic and Redis no core of their own, and the tail
+    at a steady rate gets worse, not better (docs/scaling.md, "Workers per host": 2 cores, 1 worker against 2).
+    On a web host of its own, give --workers the number of cores."""
+    return max(1, len(os.sched_getaffinity(0)) - 1)
 
 def main(argv: list[str] | None, application_factory: ApplicationFactory, prog: str = "couponrush server") -> int:
     """Serve what application_factory(args) returns in each worker until SIGTERM / SIGINT."""

@@ -262,6 +262,16 @@ class CartValidation:
     best: BestCombination
 
 
+# The SKU of the one line of an order known by its amount alone (whole_order_cart): no scope lists it.
+WHOLE_ORDER_SKU = ""
+
+
+def whole_order_cart(amount: Decimal, currency: str) -> Cart:
+    """Return the cart of an order sent without lines: one line of its whole amount (no category). A rule
+    with a scope or a minimum quantity can't be judged on it (callers refuse such a rule as not applicable)."""
+    return Cart(currency=currency, lines=(CartLine(sku=WHOLE_ORDER_SKU, quantity=1, unit_price=amount),))
+
+
 def eligible_lines(cart: Cart, rule: CouponRule) -> tuple[int, ...]:
     """Return the positions of the cart's lines in the rule's scope (none when the currencies differ)."""
     if rule.currency != cart.currency:

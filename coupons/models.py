@@ -34,6 +34,9 @@ class Coupon(models.Model):
     hold_until = models.DateTimeField(null=True, blank=True)
     order_amount = models.DecimalField(max_digits=14, decimal_places=2, null=True, blank=True)
     discount = models.DecimalField(max_digits=12, decimal_places=2, null=True, blank=True)
+    # How the discount falls on the order's lines (coupons.services.shares_of): the cart's digest, each eligible
+    # line's share, the order's payable after this coupon, whether the order came with lines. NULL with order_id.
+    shares = models.JSONField(null=True, blank=True)
     redeemed_at = models.DateTimeField(null=True, blank=True)
     version = models.PositiveIntegerField(default=1, help_text="1 + the number of state changes.")
     created_at = models.DateTimeField(auto_now_add=True)

@@ -214,6 +214,15 @@ class ScopeNameField(serializers.Field):
         return str(value)
 
 
+class TextField(serializers.CharField):
+    """A JSON string and nothing else (DRF's CharField also takes 7 and true)."""
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
 MAX_CART_LINES = 100
 MAX_CART_CODES = 20
 MAX_CART_AMOUNT = Decimal("999999999999.99")  # the largest order_amount (12 digits before the point)
@@ -627,7 +636,7 @@ class CartValidateInputSerializer(serializers.Serializer):
     currency = _currency_field("ISO 4217, e.g. CNY")
     lines = _cart_lines_field(required=True)
     codes = serializers.ListField(
-        child=serializers.CharField(min_length=1, max_length=64, trim_whitespace=False), required=False,
+        child=TextField(min_length=1, max_length=64, trim_whitespace=False), required=False,
         max_length=MAX_CART_CODES, default=list,
         help_text=f"At most {MAX_CART_CODES} codes typed by the shopper: a coupon's code, a shared code, a unique code",
         error_messages=dict.fromkeys(("null", "not_a_list", "max_length"),

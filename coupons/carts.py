@@ -125,7 +125,7 @@ def cart_validate(*, user_id: str, cart: pricing.Cart, codes: list[str]) -> Cart
                    for code, found in entries]
 
     candidates = [found.candidate(code) for code, found in entries if isinstance(found, Campaign)]
-    validation = pricing.validate_cart(cart, candidates)
+    validation = pricing.validate_cart(cart, candidates, budget=pricing.VALIDATE_SEARCH_BUDGET)
     priced = iter(validation.coupons)
     answers = [pricing.as_json(next(priced)) if isinstance(found, Campaign) else _refusal(code, found, cart.currency)
                for code, found in entries]

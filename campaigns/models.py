@@ -128,7 +128,7 @@ class Campaign(models.Model):
     include_skus = _scope_list("SKUs the coupon covers, comma-separated.")
     exclude_skus = _scope_list("SKUs never covered, comma-separated.")
     min_quantity = models.PositiveIntegerField(
-        default=0, help_text="Items of covered lines the cart must hold (0: no minimum).")
+        default=0, blank=True, help_text="Items of covered lines the cart must hold (0: no minimum).")
     exclusive = models.BooleanField(default=False, help_text="Combines with no other coupon on an order.")
     combinable_with = ArrayField(
         models.BigIntegerField(), default=list, blank=True,

@@ -3,12 +3,15 @@ on the change page, and every operation as an action that calls one service (wit
 from __future__ import annotations
 
 import uuid
+from decimal import Decimal, InvalidOperation
+from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import Http404, HttpRequest
 from django.template.response import TemplateResponse
+from django.urls import URLPattern, path
 from django.utils import timezone
 
 from core.errors import ApplicationError
@@ -19,9 +22,10 @@ from orders.reconciliation import campaign_reconcile
 from orders.report_admin import CampaignReportMixin
 from orders.selectors import claims_issued_counts, claims_per_second, claims_timeline, latest_reconciliations
 
+from . import pricing
 from .charts import burndown_svg
 from .extension import campaign_extend_end, operator_time
-from .models import Campaign, CampaignEvent, CampaignState
+from .models import SCOPE_NAME_RE, Campaign, CampaignEvent, CampaignState
 from .redis_state import StoreUnavailable
 from .selectors import remaining_of
 from .services import (
@@ -37,7 +41,10 @@ from .services import (
 # change only through actions (restock, extend end).
 LIVE_LOCKED = ["kind", "code",
                "starts_at", "ends_at", "total_stock", "per_user_limit", "rate_limit", "discount_type", "discount_value",
-               "max_discount", "min_spend", "currency", "valid_from", "valid_until", "valid_days", "audience"]
+               "max_discount", "min_spend", "currency", "valid_from", "valid_until", "valid_days", "audience",
+               # the scope and stacking too: coupons held already were priced on them (their stored shares)
+               "include_categories", "exclude_categories", "include_skus", "exclude_skus", "min_quantity",
+               "exclusive", "combinable_with", "order_cap"]
 
 
 class StateFilter(admin.SimpleListFilter):
@@ -61,6 +68,41 @@ class StateFilter(admin.SimpleListFilter):
         if value == CampaignState.LIVE:
             return published.filter(ends_at__gt=now, paused=False, starts_at__lte=now)
         return queryset
+
+
+class CartPreviewForm(forms.Form):
+    """A cart typed by an operator: one line per row, sku,category,quantity,unit_price (category may be empty)."""
+
+    lines = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 8, "cols": 60, "placeholder": "TEA-1,tea,2,120.00\nCUP-9,,1,60.00"}),
+        help_text="One line per row: sku,category,quantity,unit_price (category may be left empty); at most 100.")
+
+    def __init__(self, *args: Any, currency: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.currency = currency
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        rows = [row.strip() for row in data.get("lines", "").splitlines() if row.strip()]
+        if not 1 <= len(rows) <= 100:
+            raise forms.ValidationError("Give 1 to 100 lines.")
+        lines = []
+        for number, row in enumerate(rows, 1):
+            parts = [part.strip() for part in row.split(",")]
+            if len(parts) != 4:
+                raise forms.ValidationError(f"Line {number}: sku,category,quantity,unit_price (4 fields).")
+            sku, category, quantity, price = parts
+            if not SCOPE_NAME_RE.fullmatch(sku) or (category and not SCOPE_NAME_RE.fullmatch(category)):
+                raise forms.ValidationError(f"Line {number}: a sku or category is 1-64 of A-Z a-z 0-9 _ . : / -")
+            try:
+                line = pricing.CartLine(sku=sku, quantity=int(quantity), unit_price=Decimal(price),
+                                        category=category or None)
+                lines.append(line)
+                pricing.Cart(currency=self.currency, lines=(line,))
+            except (ValueError, InvalidOperation) as exc:
+                raise forms.ValidationError(f"Line {number}: {exc}") from exc
+        data["cart"] = pricing.Cart(currency=self.currency, lines=tuple(lines))
+        return data
 
 
 class RestockForm(forms.Form):
@@ -115,8 +157,40 @@ class CampaignAdmin(CampaignReportMixin):
                                "imported)."}),
         ("Coupon rule", {"fields": ["discount_type", "discount_value", "max_discount", "min_spend", "currency",
                                     "valid_from", "valid_until", "valid_days", "audience"]}),
+        ("Scope and stacking", {
+            "fields": ["include_categories", "include_skus", "exclude_categories", "exclude_skus", "min_quantity",
+                       "exclusive", "combinable_with", "order_cap"],
+            "description": "Which cart lines the coupon covers (no include list: every line; an exclude always "
+                           "wins), the minimum quantity and spend judged on those lines, and which coupons may "
+                           "share an order with it. \"Preview on a cart\" (top right, once saved) shows what the "
+                           "rule gives a cart you paste."}),
         ("Lifecycle", {"fields": ["published_at", "preheated_at", "created_at", "updated_at"]}),
     ]
+
+    def get_urls(self) -> list[URLPattern]:
+        preview = path("<path:object_id>/preview/", self.admin_site.admin_view(self.preview_view),
+                       name="campaigns_campaign_preview")
+        return [preview, *super().get_urls()]
+
+    def preview_view(self, request: HttpRequest, object_id: str) -> TemplateResponse:
+        """What the campaign's rule gives a cart pasted as lines of sku,category,quantity,unit_price: its status,
+        discount and each line's share, as POST /carts/validate prices it (campaigns.pricing.validate_cart)."""
+        campaign = self.get_object(request, object_id)
+        if campaign is None or not self.has_view_permission(request, campaign):
+            raise Http404
+        form = CartPreviewForm(request.POST or None, currency=campaign.currency)
+        result = None
+        if form.is_valid():
+            cart = form.cleaned_data["cart"]
+            validation = pricing.validate_cart(cart, [campaign.candidate("preview")])
+            coupon = validation.coupons[0]
+            shares = {share.index: share.discount for share in coupon.lines}
+            result = {"coupon": coupon, "amount": cart.amount, "payable": cart.amount - coupon.discount,
+                      "lines": [(line, shares.get(index)) for index, line in enumerate(cart.lines)]}
+        context = {**self.admin_site.each_context(request), "opts": self.model._meta, "original": campaign,
+                   "title": f"Preview {campaign} on a cart", "form": form, "result": result,
+                   "rule": campaign.coupon_rule()}
+        return TemplateResponse(request, "admin/campaigns/pricing_preview.html", context)
 
     def get_readonly_fields(self, request: HttpRequest, obj: Campaign | None = None) -> list[str]:
         fixed = ["published_at", "preheated_at", "created_at", "updated_at", "paused"]

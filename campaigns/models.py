@@ -6,13 +6,15 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from django.contrib.postgres.fields import ArrayField
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
 
-from .money import MINOR_UNITS, Discount, compute_discount
+from . import pricing
+from .money import MINOR_UNITS, Discount, minor_unit
 
 
 class DiscountType(models.TextChoices):
@@ -39,6 +41,17 @@ def shared_code_form(text: str) -> str | None:
     """Return a shared code as it is stored (upper case) if `text` is one (case-insensitive), else None."""
     code = text.upper()
     return code if text.isascii() and SHARED_CODE_RE.fullmatch(code) else None
+
+
+# A SKU or a category, in a campaign's scope and in a cart's lines (CONTRACT.md, Carts): 1-64 of these.
+SCOPE_NAME_PATTERN = r"[A-Za-z0-9_.:/-]{1,64}"
+SCOPE_NAME_RE = re.compile(SCOPE_NAME_PATTERN)
+SCOPE_LIST_MAX = 200  # names in one include or exclude list
+SCOPE_LISTS = ("include_categories", "exclude_categories", "include_skus", "exclude_skus")
+
+
+def _scope_list(help_text: str) -> ArrayField:
+    return ArrayField(models.CharField(max_length=64), default=list, blank=True, help_text=help_text)
 
 
 class CampaignState(models.TextChoices):
@@ -108,6 +121,23 @@ class Campaign(models.Model):
     valid_days = models.PositiveIntegerField(null=True, blank=True, help_text="Relative validity: days after claim.")
     audience = models.CharField(max_length=3, choices=Audience.choices, default=Audience.ALL)
 
+    # Scope and stacking (issue 20): the names campaigns.pricing.CouponRule gives them; coupon_rule() adapts.
+    include_categories = _scope_list("Categories whose lines the coupon covers, comma-separated (with the SKUs "
+                                     "included: either lists a line). Empty, and no SKUs included: every line.")
+    exclude_categories = _scope_list("Categories never covered, comma-separated (an exclude always wins).")
+    include_skus = _scope_list("SKUs the coupon covers, comma-separated.")
+    exclude_skus = _scope_list("SKUs never covered, comma-separated.")
+    min_quantity = models.PositiveIntegerField(
+        default=0, blank=True, help_text="Items of covered lines the cart must hold (0: no minimum).")
+    exclusive = models.BooleanField(default=False, help_text="Combines with no other coupon on an order.")
+    combinable_with = ArrayField(
+        models.BigIntegerField(), default=list, blank=True,
+        help_text="Ids of the campaigns whose coupons may share an order with this one, comma-separated (empty: "
+                  "any coupon that is not exclusive; both campaigns must admit each other).")
+    order_cap = models.DecimalField(
+        max_digits=12, decimal_places=2, null=True, blank=True,
+        help_text="The most all the coupons of an order holding this one may take off together (empty: no cap).")
+
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -126,6 +156,8 @@ class Campaign(models.Model):
                 name="campaign_percent_at_most_100",
             ),
             models.CheckConstraint(condition=Q(min_spend__gte=0), name="campaign_min_spend_not_negative"),
+            models.CheckConstraint(condition=Q(order_cap__isnull=True) | Q(order_cap__gt=0),
+                                   name="campaign_order_cap_positive"),
             models.CheckConstraint(
                 condition=Q(code__isnull=True) | (Q(kind="codes") & Q(code__regex=rf"^{SHARED_CODE_PATTERN}$")),
                 name="campaign_shared_code_form",
@@ -183,11 +215,12 @@ class Campaign(models.Model):
             errors["valid_from"] = "valid from needs a later valid until (absolute validity)."
         if self.discount_type == DiscountType.FIXED and self.max_discount is not None:
             errors["max_discount"] = "A cap applies to percentage discounts only."
+        errors.update(self._scope_errors())
         places = MINOR_UNITS.get(self.currency)
         if places is None:
             errors["currency"] = "Unknown currency: use an ISO 4217 code such as CNY, USD, EUR, JPY."
         else:
-            amounts = ["max_discount", "min_spend"]
+            amounts = ["max_discount", "min_spend", "order_cap"]
             if self.discount_type == DiscountType.FIXED:
                 amounts.append("discount_value")
             unit = Decimal(1).scaleb(-places)
@@ -197,6 +230,56 @@ class Campaign(models.Model):
                     errors[name] = f"{self.currency} amounts have at most {places} decimals."
         if errors:
             raise ValidationError(errors)
+
+    def _scope_errors(self) -> dict[str, str]:
+        """The scope lists' and combination's problems (names, duplicates, unknown or own campaign ids)."""
+        errors: dict[str, str] = {}
+        for name in SCOPE_LISTS:
+            values = getattr(self, name) or []
+            bad = [value for value in values if not (isinstance(value, str) and SCOPE_NAME_RE.fullmatch(value))]
+            if bad:
+                errors[name] = f"Names are 1-64 of A-Z a-z 0-9 _ . : / - (not {bad[0]!r})."
+            elif len(values) > SCOPE_LIST_MAX:
+                errors[name] = f"At most {SCOPE_LIST_MAX} names."
+            else:
+                setattr(self, name, sorted(set(values)))
+        ids = sorted(set(self.combinable_with or []))
+        self.combinable_with = ids
+        if ids and self.exclusive:
+            errors["combinable_with"] = "An exclusive campaign combines with no other: leave this empty."
+        elif self.pk is not None and self.pk in ids:
+            errors["combinable_with"] = "A campaign's coupons never share an order with each other."
+        elif len(ids) > SCOPE_LIST_MAX:
+            errors["combinable_with"] = f"At most {SCOPE_LIST_MAX} campaigns."
+        elif ids:
+            known = set(Campaign.objects.filter(pk__in=ids).values_list("pk", flat=True))
+            unknown = [i for i in ids if i not in known]
+            if unknown:
+                errors["combinable_with"] = f"No campaign #{unknown[0]}."
+        if self.order_cap is not None and self.order_cap <= 0:
+            errors["order_cap"] = "An order cap is positive (empty: none)."
+        return errors
+
+    @property
+    def is_scoped(self) -> bool:
+        """Whether the rule needs the cart's lines: a product or category scope, or a minimum quantity."""
+        return self.min_quantity > 0 or any(getattr(self, name) for name in SCOPE_LISTS)
+
+    def coupon_rule(self) -> pricing.CouponRule:
+        """This campaign's coupon rule as campaigns.pricing prices it: the one adapter of a Campaign's fields."""
+        return pricing.CouponRule(
+            discount_type=self.discount_type, discount_value=self.discount_value, currency=self.currency,
+            max_discount=self.max_discount, min_spend=self.min_spend,
+            include_categories=frozenset(self.include_categories),
+            exclude_categories=frozenset(self.exclude_categories),
+            include_skus=frozenset(self.include_skus), exclude_skus=frozenset(self.exclude_skus),
+            min_quantity=self.min_quantity, exclusive=self.exclusive, combinable_with=frozenset(self.combinable_with),
+            order_cap=self.order_cap,
+        )
+
+    def candidate(self, code: str) -> pricing.Candidate:
+        """A coupon of this campaign (its code) as campaigns.pricing's candidate."""
+        return pricing.Candidate(code=code, campaign_id=self.pk or 0, rule=self.coupon_rule())
 
     def state_at(self, at: datetime) -> CampaignState:
         """Return the campaign's status at `at`: it follows from publication, window and pause flag."""
@@ -235,11 +318,14 @@ class Campaign(models.Model):
         return valid_from, self.valid_until.replace(microsecond=0)
 
     def discount_for(self, order_amount: Decimal) -> Discount:
-        """Return the discount this campaign's rule gives an order of `order_amount` (its currency)."""
-        return compute_discount(
-            discount_type=self.discount_type, value=self.discount_value, cap=self.max_discount,
-            order_amount=order_amount, currency=self.currency,
-        )
+        """Return the discount this campaign's rule gives an order of `order_amount` (its currency) alone: priced
+        by campaigns.pricing on a cart of one line of that amount (0 when the rule refuses it: under its minimum
+        spend, or a scope that needs the cart's lines)."""
+        cart = pricing.whole_order_cart(order_amount, self.currency)
+        result = pricing.price_coupon(cart, self.candidate(""))
+        discount = result.discount if result.applicable and not self.is_scoped else Decimal(0).quantize(
+            minor_unit(self.currency))
+        return Discount(amount=discount, payable=cart.amount - discount)
 
 
 class CampaignEventType(models.TextChoices):

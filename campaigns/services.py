@@ -41,6 +41,14 @@ def campaign_create(
     audience: str = Audience.ALL,
     kind: str = CampaignKind.GRAB,
     code: str | None = None,
+    include_categories: list[str] | None = None,
+    exclude_categories: list[str] | None = None,
+    include_skus: list[str] | None = None,
+    exclude_skus: list[str] | None = None,
+    min_quantity: int = 0,
+    exclusive: bool = False,
+    combinable_with: list[int] | None = None,
+    order_cap: Decimal | None = None,
     publish: bool = False,
 ) -> Campaign:
     """Create a campaign (validated like the admin form); with publish=True also publish and preheat it.
@@ -65,6 +73,14 @@ def campaign_create(
         audience=audience,
         kind=kind,
         code=code or None,
+        include_categories=include_categories or [],
+        exclude_categories=exclude_categories or [],
+        include_skus=include_skus or [],
+        exclude_skus=exclude_skus or [],
+        min_quantity=min_quantity,
+        exclusive=exclusive,
+        combinable_with=combinable_with or [],
+        order_cap=order_cap,
     )
     try:
         campaign.full_clean()

@@ -30,8 +30,9 @@ class Code(enum.IntEnum):
     ON_HOLD = 16
     HOLD_LAPSED = 17  # 17 and 18, couponrush's: confirm of an order whose hold is no longer there (docs/api.md)
     NOT_HELD = 18
-    # 19 not_combinable, 20 not_applicable, 21 min_quantity_not_met: the contract's, for carts (issue 20),
-    # not answered yet.
+    NOT_COMBINABLE = 19  # 19-21: carts (issue 20), campaigns.pricing's refusals
+    NOT_APPLICABLE = 20
+    MIN_QUANTITY_NOT_MET = 21
 
 
 class ApplicationError(Exception):

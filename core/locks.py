@@ -26,3 +26,7 @@ class AdvisoryLock(enum.IntEnum):
     # request at a time, and a shopper's unique codes are counted against the per-user limit one at a time.
     # "CUSE" in ASCII.
     CODE_USE = 0x43555345
+    # Transaction lock (coupons.services), second key hashtext of (shopper, order id): the coupons of one order
+    # are reserved and redeemed one at a time, so each new one is priced after every other the order holds
+    # (two at once can't both pass the combination check). "ORDR" in ASCII.
+    ORDER_COUPONS = 0x4F524452

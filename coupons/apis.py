@@ -4,7 +4,6 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
-from dataclasses import asdict
 from typing import Any
 
 from django.conf import settings
@@ -26,12 +25,15 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from campaigns import pricing
+from campaigns.models import SCOPE_NAME_RE
 from campaigns.money import AMOUNT_PLACES, MINOR_UNITS, InvalidAmount, amount_re, parse_amount
 from campaigns.redis_state import redis_client
 from core.api import ShopperApi, ShopperTokenAuthentication, idempotency_key_parameter, pattern_schema
 from core.errors import BadRequest, NotFound, RateLimited
 from core.http import client_ip, idempotency_key
 
+from .carts import cart_validate
 from .idempotency import Answer, run_idempotent
 from .metrics import USES
 from .models import Coupon, CouponStatus
@@ -171,6 +173,12 @@ class AmountField(serializers.Field):
     default_error_messages = dict.fromkeys(("required", "null", "invalid"),
                                            'order_amount is required: a decimal string such as "350.00".')
 
+    def __init__(self, *args: Any, name: str = "order_amount", **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if name != "order_amount":
+            self.error_messages = dict.fromkeys(
+                ("required", "null", "invalid"), f'{name} is required: a decimal string such as "35.00".')
+
     def to_internal_value(self, data: Any) -> str:
         if not isinstance(data, str):
             self.fail("invalid")
@@ -189,26 +197,115 @@ class WholeNumberField(serializers.IntegerField):
         return data
 
 
+@extend_schema_field(pattern_schema(SCOPE_NAME_RE, example="TEA-1"))
+class ScopeNameField(serializers.Field):
+    """A SKU or a category: 1-64 of [A-Za-z0-9_.:/-], as a campaign's scope names them (campaigns.models)."""
+
+    default_error_messages = dict.fromkeys(("required", "null", "invalid"),
+                                           "sku and category are 1-64 of A-Z a-z 0-9 _ . : / -")
+
+    def to_internal_value(self, data: Any) -> str:
+        if isinstance(data, str) and SCOPE_NAME_RE.fullmatch(data):
+            return data
+        self.fail("invalid")
+
+    def to_representation(self, value: Any) -> str:
+        return str(value)
+
+
+class TextField(serializers.CharField):
+    """A JSON string and nothing else (DRF's CharField also takes 7 and true)."""
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+MAX_CART_LINES = 100
+MAX_CART_CODES = 20
+
+
+class CartLineInputSerializer(serializers.Serializer):
+    """One line of a cart: quantity items of sku (in category, if the shop has one) at unit_price each."""
+
+    sku = ScopeNameField(help_text="1-64 of [A-Za-z0-9_.:/-]")
+    category = ScopeNameField(required=False, help_text="1-64 of [A-Za-z0-9_.:/-]; leave out when none")
+    quantity = WholeNumberField(
+        min_value=1, max_value=pricing.MAX_LINE_QUANTITY,
+        error_messages=dict.fromkeys(("required", "null", "invalid", "min_value", "max_value"),
+                                     f"quantity is a whole number from 1 to {pricing.MAX_LINE_QUANTITY}."))
+    unit_price = AmountField(name="unit_price", help_text='Decimal string, e.g. "35.00"; at most the currency\'s '
+                                                         'decimals')
+
+    class Meta:
+        ref_name = "CartLine"
+
+
+def _cart_lines_field(required: bool) -> serializers.ListField:
+    return serializers.ListField(
+        child=CartLineInputSerializer(), required=required, min_length=1, max_length=MAX_CART_LINES,
+        help_text=f"1 to {MAX_CART_LINES} lines",
+        error_messages=dict.fromkeys(("required", "null", "not_a_list", "empty", "min_length", "max_length"),
+                                     f"lines is a list of 1 to {MAX_CART_LINES} lines."))
+
+
+def cart_lines_of(lines: list[dict[str, Any]], currency: str) -> tuple[pricing.CartLine, ...]:
+    """The cart lines of validated line data in `currency` (each unit price at most its decimals); raise
+    ValidationError naming the line. Any sum they make fits Coupon.order_amount (24 digits)."""
+    parsed = []
+    for position, line in enumerate(lines):
+        try:
+            price = parse_amount(line["unit_price"], currency)
+        except InvalidAmount as exc:
+            message = str(exc).replace("order_amount", "unit_price")
+            raise serializers.ValidationError({"lines": [f"line {position + 1}: {message}"]}) from exc
+        parsed.append(pricing.CartLine(sku=line["sku"], quantity=line["quantity"], unit_price=price,
+                                       category=line.get("category")))
+    return tuple(parsed)
+
+
 class OrderIdInputSerializer(serializers.Serializer):
     """The order a confirm or a release is for."""
 
     order_id = OrderIdField(help_text="The shop's order id: an integer or 1-64 of [A-Za-z0-9_.:-]")
 
 
-class OrderInputSerializer(OrderIdInputSerializer):
-    """The order a coupon is used for; its amount has at most its currency's decimals (none in JPY, two in CNY)."""
-
-    order_amount = AmountField(help_text='Decimal string, e.g. "350.00"; at most the currency\'s decimals')
-    currency = serializers.ChoiceField(
-        choices=sorted(MINOR_UNITS), help_text="ISO 4217, the coupon's currency, e.g. CNY",
+def _currency_field(help_text: str) -> serializers.ChoiceField:
+    return serializers.ChoiceField(
+        choices=sorted(MINOR_UNITS), help_text=help_text,
         error_messages=dict.fromkeys(("required", "null", "invalid_choice"),
                                      "currency must be a known ISO 4217 code in capitals, e.g. CNY, USD, EUR, JPY."))
 
+
+class OrderInputSerializer(OrderIdInputSerializer):
+    """The order a coupon is used for; its amount has at most its currency's decimals (none in JPY, two in CNY).
+    With `lines`, the amount is their sum (order_amount, if given, must equal it)."""
+
+    order_amount = AmountField(required=False, help_text='Decimal string, e.g. "350.00"; at most the currency\'s '
+                                                         'decimals. Required without lines; with lines, their sum')
+    currency = _currency_field("ISO 4217, the coupon's currency, e.g. CNY")
+    lines = _cart_lines_field(required=False)
+
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        try:
-            return {**attrs, "order_amount": parse_amount(attrs["order_amount"], attrs["currency"])}
-        except InvalidAmount as exc:
-            raise serializers.ValidationError({"order_amount": [str(exc)]}) from exc
+        currency = attrs["currency"]
+        amount = None
+        if "order_amount" in attrs:
+            try:
+                amount = parse_amount(attrs["order_amount"], currency)
+            except InvalidAmount as exc:
+                raise serializers.ValidationError({"order_amount": [str(exc)]}) from exc
+        if "lines" not in attrs:
+            if amount is None:
+                raise serializers.ValidationError(
+                    {"order_amount": ['order_amount is required (or lines): a decimal string such as "350.00".']})
+            return {**attrs, "order_amount": amount, "lines": None}
+        lines = cart_lines_of(attrs["lines"], currency)
+        total = pricing.Cart(currency=currency, lines=lines).amount
+        if amount is not None and amount != total:
+            raise serializers.ValidationError(
+                {"order_amount": [f"order_amount must equal the lines' sum of quantity x unit_price ({total})."]})
+        return {**attrs, "order_amount": total, "lines": lines}
 
 
 class OrderInputSchema(OpenApiSerializerExtension):
@@ -220,6 +317,7 @@ class OrderInputSchema(OpenApiSerializerExtension):
 
     def map_serializer(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
         schema: dict[str, Any] = auto_schema._map_serializer(self.target, direction, bypass_extensions=True)
+        with_amount = "order_amount" in schema["properties"]
         by_places: dict[int, list[str]] = {}
         for currency, places in MINOR_UNITS.items():
             by_places.setdefault(places, []).append(currency)
@@ -230,16 +328,22 @@ class OrderInputSchema(OpenApiSerializerExtension):
                 name=f"CurrencyWith{places}DecimalsEnum", type=ResolvedComponent.SCHEMA,
                 object=f"currency-with-{places}-decimals", schema={"type": "string", "enum": sorted(currencies)})
             auto_schema.registry.register_on_missing(currencies_enum)
-            schema["oneOf"].append({"properties": {
-                "currency": currencies_enum.ref,
-                "order_amount": {"pattern": pattern_schema(amount_re(places))["pattern"]},
-            }})
+            amount = {"pattern": pattern_schema(amount_re(places))["pattern"]}
+            alternative = {"currency": currencies_enum.ref, "lines": {"items": {"properties": {"unit_price": amount}}}}
+            if with_amount:
+                alternative["order_amount"] = amount
+            schema["oneOf"].append({"properties": alternative})
+        if with_amount:  # order_amount or lines (order_amount may also come with lines if it is their sum, which
+            # a schema can't say: documented in the description, not in the schema)
+            schema["anyOf"] = [{"required": ["order_amount"], "not": {"required": ["lines"]}},
+                               {"required": ["lines"], "not": {"required": ["order_amount"]}}]
         return schema
 
 
 def order_of(data: dict[str, Any]) -> Order:
     """The Order of OrderInputSerializer's validated data."""
-    return Order(order_id=data["order_id"], amount=data["order_amount"], currency=data["currency"])
+    return Order(order_id=data["order_id"], amount=data["order_amount"], currency=data["currency"],
+                 lines=data["lines"])
 
 
 def coupon_endpoint(code: str, action: str, user_id: str, ip: str | None = None) -> tuple[str, str]:
@@ -276,26 +380,36 @@ def guarded_by_misses(user_id: str, execute: Callable[[], Answer], *, ip: str | 
     counters = _misses_keys(user_id, ip)
 
     def run() -> Answer:
-        try:
-            seen = redis_client().mget([key for key, _ in counters])
-            if any(int(n or 0) >= limit for n, (_, limit) in zip(seen, counters, strict=True)):
-                raise TooManyMisses()
-        except RedisError:
-            pass  # the guard fails open: the answer itself does not depend on Redis
+        misses_refuse_over_limit(counters)
         try:
             return execute()
         except NotFound:
-            try:
-                pipe = redis_client().pipeline(transaction=True)
-                for key, _ in counters:
-                    pipe.incr(key)
-                    pipe.expire(key, 120)
-                pipe.execute()
-            except RedisError:
-                pass
+            misses_count(counters, 1)
             raise
 
     return run
+
+
+def misses_refuse_over_limit(counters: list[tuple[str, int]]) -> None:
+    """Raise TooManyMisses when the shopper or the address tried too many unknown codes this minute."""
+    try:
+        seen = redis_client().mget([key for key, _ in counters])
+        if any(int(n or 0) >= limit for n, (_, limit) in zip(seen, counters, strict=True)):
+            raise TooManyMisses()
+    except RedisError:
+        pass  # the guard fails open: the answer itself does not depend on Redis
+
+
+def misses_count(counters: list[tuple[str, int]], misses: int) -> None:
+    """Count `misses` unknown codes against the shopper and the address (never raises)."""
+    try:
+        pipe = redis_client().pipeline(transaction=True)
+        for key, _ in counters:
+            pipe.incrby(key, misses)
+            pipe.expire(key, 120)
+        pipe.execute()
+    except RedisError:
+        pass
 
 
 def answer_response(answer: Answer) -> Response:
@@ -304,7 +418,8 @@ def answer_response(answer: Answer) -> Response:
 
 
 _USE_CODES = "0 done, 10 expired, 11 already_redeemed, 12 min_spend_not_met, 13 not_yet_valid, 14 revoked, " \
-    "15 not_eligible, 16 on_hold, 17 hold_lapsed (confirm only), 18 not_held (confirm only)"
+    "15 not_eligible, 16 on_hold, 17 hold_lapsed (confirm only), 18 not_held (confirm only), 19 not_combinable, " \
+    "20 not_applicable, 21 min_quantity_not_met (19-21: reserve and redeem)"
 _CODE_PARAMETER = OpenApiParameter(  # coupon_endpoint() reads it
     "code", pattern_schema(TYPED_CODE_RE, example="K7QM-3XRD-9PVA"), OpenApiParameter.PATH,
     description="The shopper's coupon's code, a codes campaign's shared code (e.g. SAVE50) or a unique code. Case "
@@ -320,6 +435,10 @@ _USE_RESPONSE = inline_serializer("CouponUseResult", {
     "discount": serializers.CharField(required=False, help_text="decimal string"),
     "payable": serializers.CharField(required=False, help_text="order amount minus discount, decimal string"),
     "hold_until": serializers.DateTimeField(required=False),
+    "lines": serializers.ListField(
+        required=False, help_text="With lines sent: each eligible line's share of the discount (they sum to it)",
+        child=inline_serializer("LineShare", {"sku": serializers.CharField(),
+                                              "discount": serializers.CharField(help_text="decimal string")})),
     "detail": serializers.CharField(required=False),
 })
 
@@ -331,7 +450,8 @@ def _refusal_examples(*codes: UseCode) -> list[OpenApiExample]:
 
 
 _USE_REFUSALS = (UseCode.EXPIRED, UseCode.ALREADY_REDEEMED, UseCode.MIN_SPEND_NOT_MET, UseCode.NOT_YET_VALID,
-                 UseCode.REVOKED, UseCode.NOT_ELIGIBLE, UseCode.ON_HOLD)
+                 UseCode.REVOKED, UseCode.NOT_ELIGIBLE, UseCode.ON_HOLD, UseCode.NOT_COMBINABLE,
+                 UseCode.NOT_APPLICABLE, UseCode.MIN_QUANTITY_NOT_MET)
 _IDEMPOTENCY_NOTE = (" A repeat with the same Idempotency-Key and the same request within 24 h answers the first "
                      "answer unchanged (header Idempotent-Replayed: true); with a different request 422; while "
                      "the first is still running 409.")
@@ -385,7 +505,7 @@ class CouponRedeemApi(CouponUseApi):
         order = order_of(self.validated(self.InputSerializer))
         canonical, endpoint = coupon_endpoint(code, "redeem", self.user_id, self.ip)
         return answer_response(run_idempotent(
-            user_id=self.user_id, endpoint=endpoint, key=key, payload=asdict(order),
+            user_id=self.user_id, endpoint=endpoint, key=key, payload=order.fingerprint_payload(),
             execute=guarded_by_misses(self.user_id, ip=self.ip, execute=lambda: Answer(
                 200, coupon_redeem(user_id=self.user_id, code=canonical, order=order).body())),
         ))
@@ -428,7 +548,8 @@ class CouponReserveApi(CouponUseApi):
         order, hold_seconds = order_of(data), data["hold_seconds"]
         canonical, endpoint = coupon_endpoint(code, "reserve", self.user_id, self.ip)
         return answer_response(run_idempotent(
-            user_id=self.user_id, endpoint=endpoint, key=key, payload={**asdict(order), "hold": hold_seconds},
+            user_id=self.user_id, endpoint=endpoint, key=key,
+            payload={**order.fingerprint_payload(), "hold": hold_seconds},
             execute=guarded_by_misses(self.user_id, ip=self.ip, execute=lambda: Answer(200, coupon_reserve(
                 user_id=self.user_id, code=canonical, order=order, hold_seconds=hold_seconds).body())),
         ))
@@ -502,3 +623,97 @@ class CouponReleaseApi(CouponUseApi):
             execute=guarded_by_misses(self.user_id, ip=self.ip, execute=lambda: Answer(
                 200, coupon_release(user_id=self.user_id, code=canonical, order_id=order_id).body())),
         ))
+
+
+# --- carts --------------------------------------------------------------------------------------------------
+
+
+class CartValidateInputSerializer(serializers.Serializer):
+    """A cart to price: its currency, its lines, and codes the shopper typed."""
+
+    currency = _currency_field("ISO 4217, e.g. CNY")
+    lines = _cart_lines_field(required=True)
+    codes = serializers.ListField(
+        child=TextField(min_length=1, max_length=64, trim_whitespace=False), required=False,
+        max_length=MAX_CART_CODES, default=list,
+        help_text=f"At most {MAX_CART_CODES} codes typed by the shopper: a coupon's code, a shared code, a unique code",
+        error_messages=dict.fromkeys(("null", "not_a_list", "max_length"),
+                                     f"codes is a list of at most {MAX_CART_CODES} codes (strings)."))
+
+    class Meta:
+        ref_name = "CartValidateRequest"
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        lines = cart_lines_of(attrs["lines"], attrs["currency"])
+        return {**attrs, "cart": pricing.Cart(currency=attrs["currency"], lines=lines)}
+
+
+class CartInputSchema(OrderInputSchema):
+    """CartValidateInputSerializer's schema: a line's unit price has at most the currency's decimals."""
+
+    target_class = CartValidateInputSerializer  # type: ignore[assignment]
+
+
+_CART_COUPON = inline_serializer("CartCoupon", {
+    "code": serializers.CharField(help_text="the coupon's code, or the code as given (canonical form)"),
+    "applicable": serializers.BooleanField(),
+    "status": serializers.CharField(help_text="ok, or the slug that would refuse it: not_applicable, "
+                                              "min_quantity_not_met, not_combinable, min_spend_not_met, expired, "
+                                              "already_redeemed, revoked, on_hold, not_yet_valid, not_eligible, "
+                                              "not_found (a code given that stands for no coupon)"),
+    "discount": serializers.CharField(help_text="decimal string; 0 unless applicable"),
+    "lines": serializers.ListField(child=inline_serializer("CartLineShare", {
+        "sku": serializers.CharField(), "discount": serializers.CharField(help_text="decimal string")})),
+})
+_CART_EXAMPLE_REQUEST = {"currency": "CNY", "codes": ["SAVE50"], "lines": [
+    {"sku": "TEA-1", "category": "tea", "quantity": 2, "unit_price": "120.00"},
+    {"sku": "CUP-9", "category": "kitchen", "quantity": 1, "unit_price": "60.00"}]}
+_CART_EXAMPLE_ANSWER = {"code": 0, "status": "ok", "coupons": [
+    {"code": "K7QM-3XRD-9PVA", "applicable": True, "status": "ok", "discount": "30.00",
+     "lines": [{"sku": "TEA-1", "discount": "30.00"}]},
+    {"code": "SAVE50", "applicable": True, "status": "ok", "discount": "50.00",
+     "lines": [{"sku": "TEA-1", "discount": "40.00"}, {"sku": "CUP-9", "discount": "10.00"}]},
+    {"code": "WELCOME", "applicable": False, "status": "not_found", "discount": "0.00", "lines": []}],
+    "best": {"codes": ["SAVE50", "K7QM-3XRD-9PVA"], "discount": "80.00", "payable": "220.00"}}
+
+
+class CartValidateApi(ShopperApi):
+    """POST /api/v1/carts/validate: which of the shopper's coupons and typed codes apply to a cart, and the best."""
+
+    @property
+    def ip(self) -> str | None:
+        return client_ip(self.request.META)
+
+    @extend_schema(
+        tags=["carts"],
+        summary="Which coupons apply to a cart, and the best combination",
+        description="Price a cart with each of the shopper's usable coupons (active, valid now, in the cart's "
+                    "currency) and each code given (a coupon's code, a shared code, a unique code), each alone: "
+                    "`applicable`, `status` (ok or the slug that would refuse it at reserve; a code that stands for "
+                    "no coupon the shopper could use is `not_found` in the list), `discount` and each eligible "
+                    "line's share. `best` is the set the stacking rules allow that saves the most, its codes in the "
+                    "order to reserve them (that order gives exactly `best.discount`). Read-only: nothing is "
+                    "reserved or counted, no Idempotency-Key; unknown codes count against the shopper's and the "
+                    f"address's unknown-code limit (429 beyond it). At most {MAX_CART_LINES} lines and "
+                    f"{MAX_CART_CODES} codes.",
+        request=CartValidateInputSerializer,
+        responses={200: inline_serializer("CartValidation", {
+            "code": serializers.IntegerField(), "status": serializers.CharField(),
+            "coupons": serializers.ListField(child=_CART_COUPON),
+            "best": inline_serializer("BestCombination", {
+                "codes": serializers.ListField(child=serializers.CharField()),
+                "discount": serializers.CharField(help_text="decimal string"),
+                "payable": serializers.CharField(help_text="the cart's amount minus discount, never negative")}),
+        })},
+        examples=[OpenApiExample("validated", response_only=True, value=_CART_EXAMPLE_ANSWER),
+                  OpenApiExample("request", request_only=True, value=_CART_EXAMPLE_REQUEST)],
+    )
+    def post(self, request: Request) -> Response:
+        data = self.validated(CartValidateInputSerializer)
+        counters = _misses_keys(self.user_id, self.ip)
+        if data["codes"]:
+            misses_refuse_over_limit(counters)
+        answer = cart_validate(user_id=self.user_id, cart=data["cart"], codes=data["codes"])
+        if answer.misses:
+            misses_count(counters, answer.misses)
+        return Response(answer.body)

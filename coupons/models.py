@@ -33,8 +33,13 @@ class Coupon(models.Model):
     # The order holding or having redeemed the coupon, the hold's end, and the discount it was given.
     order_id = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001 (NULL = no order)
     hold_until = models.DateTimeField(null=True, blank=True)
-    order_amount = models.DecimalField(max_digits=14, decimal_places=2, null=True, blank=True)
-    discount = models.DecimalField(max_digits=12, decimal_places=2, null=True, blank=True)
+    # 24 digits: an order sent as lines adds up to at most 100 x 1,000,000 x 999,999,999,999.99 (and a discount
+    # is at most its order). Widening a numeric's precision rewrites nothing in PostgreSQL.
+    order_amount = models.DecimalField(max_digits=24, decimal_places=2, null=True, blank=True)
+    discount = models.DecimalField(max_digits=24, decimal_places=2, null=True, blank=True)
+    # How the discount falls on the order's lines (coupons.services.shares_of): the cart's digest, each eligible
+    # line's share, the order's payable after this coupon, whether the order came with lines. NULL with order_id.
+    shares = models.JSONField(null=True, blank=True)
     redeemed_at = models.DateTimeField(null=True, blank=True)
     version = models.PositiveIntegerField(default=1, help_text="1 + the number of state changes.")
     created_at = models.DateTimeField(auto_now_add=True)

@@ -23,6 +23,11 @@ REFUSALS = {
     UseCode.ON_HOLD: ("on_hold", "The coupon is held for another order awaiting payment."),
     UseCode.HOLD_LAPSED: ("hold_lapsed", "This order's hold lapsed before it was confirmed; reserve again."),
     UseCode.NOT_HELD: ("not_held", "The coupon is not held for this order; reserve it first."),
+    UseCode.NOT_COMBINABLE: ("not_combinable", "The order already holds or used a coupon this one may not be "
+                                               "combined with."),
+    UseCode.NOT_APPLICABLE: ("not_applicable", "No line of the order is in the coupon's scope."),
+    UseCode.MIN_QUANTITY_NOT_MET: ("min_quantity_not_met", "The order has fewer items in the coupon's scope than it "
+                                                           "requires."),
 }
 
 

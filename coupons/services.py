@@ -6,6 +6,7 @@ CouponEvent, in one transaction; a change that loses a race re-reads the coupon 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import re
 from collections.abc import Callable
@@ -18,7 +19,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from campaigns import redis_state
+from campaigns import pricing, redis_state
 from campaigns.errors import CampaignStateLost
 from campaigns.models import Audience, Campaign, CampaignState, shared_code_form
 from campaigns.services import campaign_preheat
@@ -52,11 +53,45 @@ class Contention(Unavailable):
 
 @dataclass(frozen=True)
 class Order:
-    """The order a coupon is used for: validated by the caller."""
+    """The order a coupon is used for: validated by the caller. `lines` None: an order known by its amount alone
+    (priced as one line of that amount); else `amount` is their sum."""
 
     order_id: str
     amount: Decimal
     currency: str
+    lines: tuple[pricing.CartLine, ...] | None = None
+
+    def cart(self) -> pricing.Cart:
+        if self.lines is None:
+            return pricing.whole_order_cart(self.amount, self.currency)
+        return pricing.Cart(currency=self.currency, lines=self.lines)
+
+    def fingerprint_payload(self) -> dict[str, Any]:
+        """What an Idempotency-Key's fingerprint covers: the order, its lines when it has some."""
+        payload: dict[str, Any] = {"order_id": self.order_id, "amount": self.amount, "currency": self.currency}
+        if self.lines is not None:
+            payload["lines"] = _lines_form(self.lines)
+        return payload
+
+
+def _lines_form(lines: tuple[pricing.CartLine, ...]) -> list[list[Any]]:
+    return [[line.sku, line.category, line.quantity, str(line.unit_price)] for line in lines]
+
+
+def cart_digest(cart: pricing.Cart) -> str:
+    """The digest of a cart's currency and lines: an order's coupons are priced on one cart."""
+    text = json.dumps([cart.currency, _lines_form(cart.lines)], separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+class OrderCartChanged(ApplicationError):
+    """A new coupon for an order whose other coupons were priced on other lines (or another amount)."""
+
+    http_status = 400
+    code = 400
+    status = "invalid_request"
+    message = ("This order's other coupons were priced on other lines or another amount: send the same lines, or "
+               "release them first.")
 
 
 # What may be a typed code (the schema's pattern of {code}): a claimed coupon's code, a unique code, a shared or
@@ -111,7 +146,7 @@ def _transition(
     return True
 
 
-_NO_ORDER = {"order_id": None, "hold_until": None, "discount": None, "order_amount": None}
+_NO_ORDER = {"order_id": None, "hold_until": None, "discount": None, "order_amount": None, "shares": None}
 
 
 def coupon_settle(*, coupon: Coupon, now: datetime, source: str = "lazy") -> bool:
@@ -167,6 +202,70 @@ def _retrying(find: Callable[[], Coupon], decide: Decide) -> UseOutcome:
 
 def _refusal_for_use(coupon: Coupon, order: Order, user_id: str, now: datetime) -> UseOutcome | None:
     """Return why an active coupon can't be used for this order, or None when it can."""
+    checked = _use_checked(coupon, order, user_id, now)
+    return checked if isinstance(checked, UseOutcome) else None
+
+
+# campaigns.pricing's refusals as the business codes a use answers with.
+_PRICING_REFUSALS = {
+    pricing.NOT_COMBINABLE: UseCode.NOT_COMBINABLE, pricing.NOT_APPLICABLE: UseCode.NOT_APPLICABLE,
+    pricing.MIN_QUANTITY_NOT_MET: UseCode.MIN_QUANTITY_NOT_MET, pricing.MIN_SPEND_NOT_MET: UseCode.MIN_SPEND_NOT_MET,
+}
+
+
+def _lock_order(user_id: str, order_id: str) -> None:
+    """Serialize the uses of one order's coupons (until the transaction ends)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))",
+                       [AdvisoryLock.ORDER_COUPONS, f"{user_id}\n{order_id}"])
+
+
+def _stored_pricing(coupon: Coupon, cart: pricing.Cart) -> pricing.CouponPricing:
+    """Rebuild one of the order's coupons as campaigns.pricing priced it, from its stored line shares, on `cart`
+    (the cart it was priced on, else OrderCartChanged). A coupon used before shares were stored was priced on
+    the whole order amount."""
+    assert coupon.order_amount is not None and coupon.discount is not None
+    stored = coupon.shares or {
+        "cart": cart_digest(pricing.whole_order_cart(coupon.order_amount, coupon.campaign.currency)),
+        "lines": [[0, pricing.WHOLE_ORDER_SKU, str(coupon.discount)]],
+    }
+    if stored["cart"] != cart_digest(cart):
+        raise OrderCartChanged()
+    lines = tuple(pricing.LineShare(index=index, sku=sku, discount=Decimal(share))
+                  for index, sku, share in stored["lines"])
+    return pricing.CouponPricing(candidate=coupon.campaign.candidate(coupon.code), status=pricing.OK,
+                                 discount=coupon.discount, lines=lines)
+
+
+def _price_on_order(coupon: Coupon, order: Order, user_id: str, now: datetime) -> tuple[pricing.CouponPricing,
+                                                                                         Decimal]:
+    """Price the coupon on the order after the coupons the order already holds or used (this shopper's, held
+    and not lapsed, or redeemed), under the order's lock: (its pricing, the order's payable after it)."""
+    _lock_order(user_id, order.order_id)
+    cart = order.cart()
+    campaign = coupon.campaign
+    candidate = campaign.candidate(coupon.code)
+    if order.lines is None and campaign.is_scoped:  # a scope is judged on lines: an amount alone has none
+        return pricing.CouponPricing(candidate, pricing.NOT_APPLICABLE, Decimal(0)), cart.amount
+    others = (Coupon.objects.select_related("campaign").filter(user_id=user_id, order_id=order.order_id)
+              .filter(Q(status=CouponStatus.REDEEMED) | Q(status=CouponStatus.HELD, hold_until__gt=now))
+              .exclude(pk=coupon.pk).order_by("pk"))
+    before = [_stored_pricing(other, cart) for other in others]
+    result = pricing.price_coupon(cart, candidate, before=before)
+    return result, cart.amount - sum((b.discount for b in before), Decimal(0)) - result.discount
+
+
+def shares_of(order: Order, result: pricing.CouponPricing, payable: Decimal) -> dict[str, Any]:
+    """What Coupon.shares stores of a use: the cart's digest, each eligible line's [index, sku, share], the
+    order's payable after the coupon, whether the order came with lines."""
+    cart = order.cart()
+    return {"cart": cart_digest(cart), "lines": [[s.index, s.sku, str(s.discount)] for s in result.lines],
+            "payable": str(payable), "with_lines": order.lines is not None}
+
+
+def _use_checked(coupon: Coupon, order: Order, user_id: str, now: datetime
+                 ) -> UseOutcome | tuple[pricing.CouponPricing, Decimal]:
+    """Return why an active coupon can't be used for this order, or what it gives the order (pricing, payable)."""
     if coupon.status == CouponStatus.EXPIRED:
         return refused(UseCode.EXPIRED)
     if coupon.status == CouponStatus.REVOKED:
@@ -176,8 +275,9 @@ def _refusal_for_use(coupon: Coupon, order: Order, user_id: str, now: datetime) 
     campaign = coupon.campaign
     if order.currency != campaign.currency:
         raise CurrencyMismatch(f"This coupon is in {campaign.currency}; the order is in {order.currency}.")
-    if order.amount < campaign.min_spend:
-        return refused(UseCode.MIN_SPEND_NOT_MET)
+    priced, payable = _price_on_order(coupon, order, user_id, now)
+    if not priced.applicable:
+        return refused(_PRICING_REFUSALS[priced.status])
     if campaign.audience == Audience.NEW:
         # "Never redeemed here" is a fact about all the shopper's coupons: serialize the shopper's uses of
         # new-shopper coupons (until this transaction ends), so two at once can't both count as the first.
@@ -187,7 +287,29 @@ def _refusal_for_use(coupon: Coupon, order: Order, user_id: str, now: datetime) 
             pk=coupon.pk
         ).exists():
             return refused(UseCode.NOT_ELIGIBLE)
-    return None
+    return priced, payable
+
+
+def _same_use(coupon: Coupon, order: Order) -> bool:
+    """Whether the coupon's use is this order's at this amount and on these lines (asked again)."""
+    if coupon.order_id != order.order_id or coupon.order_amount != order.amount:
+        return False
+    stored = coupon.shares
+    return stored is None and order.lines is None or stored is not None and stored["cart"] == cart_digest(
+        order.cart()) and stored.get("with_lines") == (order.lines is not None)
+
+
+def _use_answer(coupon: Coupon) -> dict[str, Any]:
+    """discount, payable (the order's, after this coupon and those before it) and, for an order sent with lines,
+    each eligible line's share."""
+    assert coupon.discount is not None and coupon.order_amount is not None
+    stored = coupon.shares
+    if stored is None:
+        return {"discount": coupon.discount, "payable": coupon.order_amount - coupon.discount}
+    answer: dict[str, Any] = {"discount": coupon.discount, "payable": Decimal(stored["payable"])}
+    if stored.get("with_lines"):
+        answer["lines"] = [{"sku": sku, "discount": share} for _, sku, share in stored["lines"]]
+    return answer
 
 
 def coupon_redeem(*, user_id: str, code: str, order: Order, source: str = "api") -> UseOutcome:
@@ -195,29 +317,34 @@ def coupon_redeem(*, user_id: str, code: str, order: Order, source: str = "api")
 
     def decide(coupon: Coupon, now: datetime) -> UseOutcome | None:
         if coupon.status == CouponStatus.REDEEMED:
-            if coupon.order_id == order.order_id and coupon.order_amount == order.amount:
+            if _same_use(coupon, order):
                 return _redeemed(coupon)  # the same redemption asked again
             return refused(UseCode.ALREADY_REDEEMED)  # another order, or this order at another amount
         if coupon.status == CouponStatus.HELD and coupon.order_id != order.order_id:
             return refused(UseCode.ON_HOLD)
-        refusal = _refusal_for_use(coupon, order, user_id, now)
-        if refusal is not None:
-            return refusal
-        discount = coupon.campaign.discount_for(order.amount)
+        checked = _use_checked(coupon, order, user_id, now)
+        if isinstance(checked, UseOutcome):
+            return checked
+        priced, payable = checked
+        shares = shares_of(order, priced, payable)
         data = {"order_id": order.order_id, "order_amount": order.amount, "currency": order.currency,
-                "discount": discount.amount, "payable": discount.payable}
+                "discount": priced.discount, "payable": payable, **_lines_data(order, shares)}
         if not _transition(coupon, to=CouponStatus.REDEEMED, event=CouponEventType.REDEEMED, source=source,
                            data=data, order_id=order.order_id, order_amount=order.amount,
-                           discount=discount.amount, hold_until=None, redeemed_at=now):
+                           discount=priced.discount, shares=shares, hold_until=None, redeemed_at=now):
             return None
         return _redeemed(coupon)
 
     return _code_used(code, user_id, order.order_id, decide, new_use=order, source=source)
 
 
+def _lines_data(order: Order, shares: dict[str, Any]) -> dict[str, Any]:
+    """The line shares an event of a use records, for an order sent with lines."""
+    return {"lines": shares["lines"]} if order.lines is not None else {}
+
+
 def _redeemed(coupon: Coupon) -> UseOutcome:
-    assert coupon.discount is not None and coupon.order_amount is not None
-    return done("redeemed", discount=coupon.discount, payable=coupon.order_amount - coupon.discount)
+    return done("redeemed", **_use_answer(coupon))
 
 
 def coupon_reserve(
@@ -231,21 +358,22 @@ def coupon_reserve(
         if coupon.status == CouponStatus.HELD:
             if coupon.order_id != order.order_id:
                 return refused(UseCode.ON_HOLD)
-            if coupon.order_amount == order.amount:
+            if _same_use(coupon, order):
                 return _reserved(coupon)  # the same hold asked again
             # This order's amount changed at checkout: hold again at the new price (checks run again).
         if coupon.status == CouponStatus.REDEEMED:
             return refused(UseCode.ALREADY_REDEEMED)
-        refusal = _refusal_for_use(coupon, order, user_id, now)
-        if refusal is not None:
-            return refusal
-        discount = coupon.campaign.discount_for(order.amount)
+        checked = _use_checked(coupon, order, user_id, now)
+        if isinstance(checked, UseOutcome):
+            return checked
+        priced, payable = checked
+        shares = shares_of(order, priced, payable)
         hold_until = (now + timedelta(seconds=hold_seconds)).replace(microsecond=0)
         data = {"order_id": order.order_id, "order_amount": order.amount, "currency": order.currency,
-                "discount": discount.amount, "hold_until": hold_until}
+                "discount": priced.discount, "hold_until": hold_until, **_lines_data(order, shares)}
         if not _transition(coupon, to=CouponStatus.HELD, event=CouponEventType.RESERVED, source=source, data=data,
-                           order_id=order.order_id, order_amount=order.amount, discount=discount.amount,
-                           hold_until=hold_until):
+                           order_id=order.order_id, order_amount=order.amount, discount=priced.discount,
+                           shares=shares, hold_until=hold_until):
             return None
         return _reserved(coupon)
 
@@ -253,9 +381,9 @@ def coupon_reserve(
 
 
 def _reserved(coupon: Coupon) -> UseOutcome:
-    assert coupon.discount is not None and coupon.order_amount is not None
-    return done("reserved", discount=coupon.discount, payable=coupon.order_amount - coupon.discount,
-                hold_until=coupon.hold_until)
+    answer = _use_answer(coupon)
+    return done("reserved", discount=answer.pop("discount"), payable=answer.pop("payable"),
+                hold_until=coupon.hold_until, **answer)
 
 
 def coupon_confirm(*, user_id: str, code: str, order_id: str, source: str = "api") -> UseOutcome:

@@ -590,6 +590,103 @@
     });
   }
 
+  // --- the cart: validate asks which coupons apply and the best set; pay reserves and confirms each ---------
+
+  var CART = [
+    { sku: "TEA-1", category: "tea", quantity: 2, unit_price: "120.00" },
+    { sku: "CUP-9", category: "kitchen", quantity: 1, unit_price: "60.00" },
+    { sku: "BOOK-3", category: "books", quantity: 1, unit_price: "80.00" }
+  ];
+  var cartBest = null;
+
+  function renderCart() {
+    var body = $("cart-body");
+    body.textContent = "";
+    CART.forEach(function (line, index) {
+      var quantity = el("input", { type: "number", min: "1", max: "99", value: String(line.quantity),
+        "data-testid": "cart-quantity", "aria-label": "Quantity of " + line.sku });
+      quantity.addEventListener("change", function () {
+        line.quantity = Math.max(1, parseInt(quantity.value, 10) || 1);
+        cartBest = null;
+        $("cart-pay").disabled = true;
+      });
+      body.appendChild(el("tr", { "data-testid": "cart-line", id: "cart-line-" + index },
+        el("td", {}, el("code", { text: line.sku })), el("td", { text: line.category }),
+        el("td", {}, quantity), el("td", { text: money(line.unit_price, "CNY") })));
+    });
+  }
+
+  function cartLines() {
+    return CART.map(function (l) {
+      return { sku: l.sku, category: l.category, quantity: l.quantity, unit_price: l.unit_price };
+    });
+  }
+
+  function validateCart() {
+    var body = { currency: "CNY", lines: cartLines() };
+    if (typedCode()) body.codes = [typedCode()];
+    $("cart-validate").disabled = true;
+    return api("POST", "/carts/validate", { body: body }).then(function (answer) {
+      $("cart-result").hidden = false;
+      if (answer.http !== 200) {
+        $("cart-message").textContent = httpWords(answer.http, answer.data);
+        return;
+      }
+      var list = $("cart-coupons");
+      list.textContent = "";
+      answer.data.coupons.forEach(function (c) {
+        list.appendChild(el("li", { "data-testid": "cart-coupon", "data-code": c.code, "data-status": c.status,
+          text: c.code + ": " + (c.applicable ? money(c.discount, "CNY") + " off" : c.status) }));
+      });
+      cartBest = answer.data.best;
+      $("cart-best-codes").textContent = cartBest.codes.join(" + ") || "none";
+      $("cart-best-discount").textContent = money(cartBest.discount, "CNY");
+      $("cart-best-payable").textContent = money(cartBest.payable, "CNY");
+      $("cart-message").textContent = "";
+      $("cart-pay").disabled = cartBest.codes.length === 0;
+    }).finally(function () { $("cart-validate").disabled = false; });
+  }
+
+  function payCart() {
+    if (!cartBest || cartBest.codes.length === 0) return;
+    var orderId = "cart-" + Date.now() + "-" + randomId().slice(0, 6);
+    var codes = cartBest.codes.slice();
+    var lines = cartLines();
+    var last = null;
+    $("cart-pay").disabled = true;
+    // Reserve each of best's codes in best's order (that order gives exactly best.discount), then confirm each.
+    var step = codes.reduce(function (chain, code) {
+      return chain.then(function (ok) {
+        if (!ok) return false;
+        return api("POST", "/coupons/" + encodeURIComponent(code) + "/reserve", {
+          body: { order_id: orderId, currency: "CNY", lines: lines }, idempotencyKey: "hold-" + randomId()
+        }).then(function (answer) {
+          if (answer.http === 200 && answer.data.code === 0) { last = answer.data; return true; }
+          $("cart-message").textContent = code + ": " + (USE_WORDS[(answer.data || {}).status] ||
+            httpWords(answer.http, answer.data)) + " Nothing was charged.";
+          return false;
+        });
+      });
+    }, Promise.resolve(true));
+    step.then(function (ok) {
+      if (!ok) {
+        return Promise.all(codes.map(function (code) {
+          return api("POST", "/coupons/" + encodeURIComponent(code) + "/release", { body: { order_id: orderId } });
+        }));
+      }
+      return Promise.all(codes.map(function (code) {
+        return api("POST", "/coupons/" + encodeURIComponent(code) + "/confirm", { body: { order_id: orderId } });
+      })).then(function () {
+        $("cart-message").textContent = "Paid " + money(last.payable, "CNY") + " for order " + orderId + " with " +
+          codes.join(" + ") + ".";
+        $("cart-message").dataset.payable = last.payable;
+      });
+    }).finally(function () {
+      cartBest = null;
+      refreshCoupons();
+    });
+  }
+
   // --- start --------------------------------------------------------------------------------------------
 
   function every(ms, fn) {
@@ -603,6 +700,9 @@
     $("checkout-coupon").addEventListener("change", onCouponChosen);
     $("checkout-code").addEventListener("input", onCouponChosen);
     $("checkout").addEventListener("submit", checkout);
+    renderCart();
+    $("cart-validate").addEventListener("click", validateCart);
+    $("cart-pay").addEventListener("click", payCart);
     refreshCampaigns();
     startShopper(false);
     every(CAMPAIGNS_EVERY_MS, refreshCampaigns);

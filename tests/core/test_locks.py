@@ -15,6 +15,7 @@ def test_the_advisory_locks_keep_the_numbers_they_were_born_with() -> None:
         "VALIDITY_EXTENSION": 0x45585456,
         "SHARED_CODE": 0x53484344,
         "CODE_USE": 0x43555345,
+        "ORDER_COUPONS": 0x4F524452,
     }
 
 

@@ -274,3 +274,36 @@ def test_a_shared_code_typed_at_the_pretend_checkout_is_used_once_per_shopper(
     page.get_by_test_id("checkout-submit").click()
     expect(page.get_by_test_id("checkout-status")).to_have_text("limit_reached (code 1)", timeout=TIMEOUT)
     assert Coupon.objects.filter(campaign=campaign).count() == 1
+
+
+def test_the_cart_asks_for_the_best_coupons_and_pays_with_them(
+    page: Page, storefront_server: str, drain_loop: None
+) -> None:
+    # Given a grabbed coupon of 10% off tea, and a shared code CART20 (20.00 off) typed at the checkout
+    tea = live_sale(name="Tea week", discount_type="percent", discount_value=Decimal("10"), min_spend=Decimal("0"),
+                    include_categories=["tea"])
+    shared = CampaignFactory(name="Type CART20", kind="codes", code="CART20", total_stock=5,
+                             discount_value=Decimal("20.00"), min_spend=Decimal("0"))
+    campaign_preheat(campaign=shared)
+    page.goto(f"{storefront_server}/")
+    user_id, code = grab_one(page, tea)
+    page.get_by_test_id("checkout-code").fill("cart20")
+
+    # When the shopper asks for the best coupons for the demo cart (240.00 of tea, 60.00 and 80.00 of others)
+    page.get_by_test_id("cart-validate").click()
+
+    # Then both apply, the fixed amount first, and the best total is shown
+    expect(page.get_by_test_id("cart-best-codes")).to_have_text(f"CART20 + {code}", timeout=TIMEOUT)
+    expect(page.locator(f'[data-testid="cart-coupon"][data-code="{code}"]')).to_have_attribute("data-status", "ok")
+    payable = page.get_by_test_id("cart-best-payable").inner_text()
+    save_screenshot(page, "storefront-cart")
+
+    # When the shopper pays with them
+    page.get_by_test_id("cart-pay").click()
+
+    # Then each coupon is redeemed by one order and the order pays what validate said
+    expect(page.get_by_test_id("cart-message")).to_contain_text("Paid", timeout=TIMEOUT)
+    assert f"{page.get_by_test_id('cart-message').get_attribute('data-payable')} CNY" == payable
+    used = Coupon.objects.filter(user_id=user_id, status=CouponStatus.REDEEMED)
+    assert {c.campaign_id for c in used} == {tea.pk, shared.pk} and len({c.order_id for c in used}) == 1
+    assert Decimal("380.00") - sum(c.discount for c in used) == Decimal(payable.split()[0])

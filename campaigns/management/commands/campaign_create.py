@@ -11,7 +11,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
-from campaigns.models import Audience, CampaignKind, DiscountType
+from campaigns.models import SCOPE_LISTS, Audience, CampaignKind, DiscountType
 from campaigns.services import campaign_create
 from core.errors import ApplicationError
 
@@ -47,6 +47,11 @@ def parse_money(text: str | None, *, flag: str) -> Decimal | None:
     return value
 
 
+def names(text: str | None) -> list[str]:
+    """The names of a comma-separated flag ("a, b" -> ["a", "b"]); Campaign.clean checks each one."""
+    return [name.strip() for name in (text or "").split(",") if name.strip()]
+
+
 def campaign_summary(campaign: Any) -> dict[str, Any]:
     return {
         "id": campaign.pk,
@@ -59,6 +64,11 @@ def campaign_summary(campaign: Any) -> dict[str, Any]:
         "published": campaign.published_at is not None,
         "kind": campaign.kind,
         "code": campaign.code,
+        "scope": {name: getattr(campaign, name) for name in SCOPE_LISTS if getattr(campaign, name)},
+        "min_quantity": campaign.min_quantity,
+        "exclusive": campaign.exclusive,
+        "combinable_with": campaign.combinable_with,
+        "order_cap": None if campaign.order_cap is None else str(campaign.order_cap),
     }
 
 
@@ -84,6 +94,14 @@ class Command(BaseCommand):
         parser.add_argument("--code", help="a codes campaign's shared code, e.g. SAVE50 (4-32 of A-Z 0-9 -, any "
                                            "case): --stock is then its total uses, --per-user-limit the uses "
                                            "per shopper; without it, unique codes (codes_generate)")
+        parser.add_argument("--categories", help="scope: the categories covered, comma-separated (a,b)")
+        parser.add_argument("--skus", help="scope: the SKUs covered, comma-separated (with --categories: either)")
+        parser.add_argument("--exclude-categories", help="categories never covered, comma-separated")
+        parser.add_argument("--exclude-skus", help="SKUs never covered, comma-separated")
+        parser.add_argument("--min-quantity", type=int, default=0, help="items of covered lines an order needs")
+        parser.add_argument("--exclusive", action="store_true", help="combines with no other coupon on an order")
+        parser.add_argument("--combinable-with", help="ids of the only campaigns it may share an order with (1,2)")
+        parser.add_argument("--order-cap", help="the most an order holding it may take off with all its coupons")
         parser.add_argument("--publish", action="store_true", help="publish and load into Redis now")
 
     def handle(self, *args: Any, **opts: Any) -> None:
@@ -104,6 +122,12 @@ class Command(BaseCommand):
             raise CommandError("--valid-days: must be 1 or more")
         if opts["code"] is not None and opts["kind"] != CampaignKind.CODES:
             raise CommandError("--code: only with --kind codes")
+        if opts["min_quantity"] < 0:
+            raise CommandError("--min-quantity: must be 0 or more")
+        try:
+            combinable_with = [int(i) for i in names(opts["combinable_with"])]
+        except ValueError as exc:
+            raise CommandError("--combinable-with: campaign ids, comma-separated (1,2)") from exc
         try:
             campaign = campaign_create(
                 name=opts["name"],
@@ -121,6 +145,14 @@ class Command(BaseCommand):
                 audience=opts["audience"],
                 kind=opts["kind"],
                 code=opts["code"],
+                include_categories=names(opts["categories"]),
+                exclude_categories=names(opts["exclude_categories"]),
+                include_skus=names(opts["skus"]),
+                exclude_skus=names(opts["exclude_skus"]),
+                min_quantity=opts["min_quantity"],
+                exclusive=opts["exclusive"],
+                combinable_with=combinable_with,
+                order_cap=parse_money(opts["order_cap"], flag="--order-cap"),
                 publish=opts["publish"],
             )
         except ApplicationError as exc:

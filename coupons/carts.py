@@ -1,0 +1,133 @@
+"""POST /carts/validate's read: which of the shopper's coupons and typed codes apply to a cart, and the best set.
+
+Read-only (nothing reserved, counted or settled) and a fixed number of queries whatever the shopper holds: one
+for the shopper's usable coupons and the codes given that are the shopper's own, one for the typed shared codes,
+one for the typed unique codes, and one for the new-shopper audience when a candidate has it. Every amount is
+campaigns.pricing's (validate_cart): nothing here computes a discount.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from django.db.models import Q
+from django.utils import timezone
+
+from campaigns import pricing
+from campaigns.models import Audience, Campaign, CampaignKind, CampaignState, shared_code_form
+from campaigns.money import money_text
+
+from .models import Coupon, CouponStatus, UniqueCode
+from .outcomes import REFUSALS, UseCode
+from .services import typed_code_form
+from .unique_codes import canonical_unique_code
+
+NOT_FOUND = "not_found"  # a typed code that stands for no coupon this shopper could use (as reserve's 404)
+
+
+@dataclass(frozen=True)
+class CartAnswer:
+    """validate's answer (`body`) and how many codes given were unknown (`misses`, for the miss guard)."""
+
+    body: dict[str, Any]
+    misses: int
+
+
+def _refusal(code: str, status: str, currency: str) -> dict[str, Any]:
+    return {"code": code, "applicable": False, "status": status, "discount": money_text(Decimal(0), currency),
+            "lines": []}
+
+
+def _own_refusal(coupon: Coupon, cart: pricing.Cart, now: datetime) -> str | None:
+    """The slug refusing one of the shopper's coupons before its rule is priced, or None (as reserve decides)."""
+    if coupon.status == CouponStatus.EXPIRED or coupon.status == CouponStatus.ACTIVE and coupon.is_expired_at(now):
+        return REFUSALS[UseCode.EXPIRED][0]
+    if coupon.status == CouponStatus.REVOKED:
+        return REFUSALS[UseCode.REVOKED][0]
+    if coupon.status == CouponStatus.REDEEMED:
+        return REFUSALS[UseCode.ALREADY_REDEEMED][0]
+    if coupon.status == CouponStatus.HELD:
+        return REFUSALS[UseCode.ON_HOLD][0]
+    if now < coupon.valid_from:
+        return REFUSALS[UseCode.NOT_YET_VALID][0]
+    if coupon.campaign.currency != cart.currency:
+        return pricing.NOT_APPLICABLE
+    return None
+
+
+def cart_validate(*, user_id: str, cart: pricing.Cart, codes: list[str]) -> CartAnswer:
+    """Price, for `cart`, each of the shopper's usable coupons (active, valid now, in the cart's currency) and
+    each code given (the shopper's own coupon, a live shared code, a unique code nobody holds yet; else
+    not_found), and find the best allowed set. Typed codes answer in the order given, after the shopper's
+    coupons (soonest to expire first); a code listed twice answers once."""
+    now = timezone.now()
+    typed = {text: typed_code_form(text) for text in codes}
+    wanted = sorted({code for code in typed.values() if code is not None})
+    rows = list(
+        Coupon.objects.select_related("campaign").filter(user_id=user_id).filter(
+            Q(status=CouponStatus.ACTIVE, valid_from__lte=now, expires_at__gte=now.replace(microsecond=0),
+              campaign__currency=cart.currency)
+            | Q(code__in=wanted)
+        ).order_by("expires_at", "pk")
+    )
+    own = {coupon.code: coupon for coupon in rows}
+    usable = [coupon for coupon in rows if _own_refusal(coupon, cart, now) is None]
+
+    shared_wanted = [c for c in wanted if c not in own and shared_code_form(c) is not None]
+    shared = {
+        campaign.code: campaign
+        for campaign in (Campaign.objects.published().filter(kind=CampaignKind.CODES, code__in=shared_wanted,
+                                                             starts_at__lte=now, ends_at__gt=now, paused=False)
+                         if shared_wanted else [])
+    }
+    unique_wanted = {c: canonical_unique_code(c) or c for c in wanted if c not in own and c not in shared}
+    unique = {
+        row.code: row.campaign
+        for row in (UniqueCode.objects.select_related("campaign").filter(code__in=set(unique_wanted.values()),
+                                                                         holder_id__isnull=True)
+                    if unique_wanted else [])
+        if row.campaign.state_at(now) == CampaignState.LIVE
+    }
+
+    # Each entry: (code, campaign) priced, or (code, slug) refused before its rule is priced.
+    entries: list[tuple[str, Campaign | str]] = []
+    seen: set[str] = set()
+
+    def add(code: str, found: Campaign | str) -> None:
+        if code not in seen:
+            seen.add(code)
+            entries.append((code, found))
+
+    for coupon in usable:
+        add(coupon.code, coupon.campaign)
+    misses = 0
+    for text, code in typed.items():
+        if code is None:
+            add(text, NOT_FOUND)
+            misses += 1
+        elif code in own:
+            coupon = own[code]
+            add(code, _own_refusal(coupon, cart, now) or coupon.campaign)
+        elif code in shared:
+            add(code, shared[code])
+        elif unique_wanted.get(code) in unique:
+            add(unique_wanted[code], unique[unique_wanted[code]])
+        else:
+            add(code, NOT_FOUND)
+            misses += 1
+
+    if any(isinstance(found, Campaign) and found.audience == Audience.NEW for _, found in entries) and (
+            Coupon.objects.filter(user_id=user_id, status__in=[CouponStatus.REDEEMED, CouponStatus.HELD]).exists()):
+        not_eligible = REFUSALS[UseCode.NOT_ELIGIBLE][0]
+        entries = [(code, not_eligible if isinstance(found, Campaign) and found.audience == Audience.NEW else found)
+                   for code, found in entries]
+
+    candidates = [found.candidate(code) for code, found in entries if isinstance(found, Campaign)]
+    validation = pricing.validate_cart(cart, candidates, budget=pricing.VALIDATE_SEARCH_BUDGET)
+    priced = iter(validation.coupons)
+    answers = [pricing.as_json(next(priced)) if isinstance(found, Campaign) else _refusal(code, found, cart.currency)
+               for code, found in entries]
+    body = {"code": 0, "status": "ok", "coupons": answers, "best": pricing.as_json(validation.best)}
+    return CartAnswer(body=body, misses=misses)

@@ -62,7 +62,7 @@ class Server:
         if mount is not None:
             command[command.index("--static-path-mount") + 1] = str(mount)
         if workers is not None:
-            command[command.index("--workers") + 1] = str(workers)
+            command = [*command, "--workers", str(workers)]
         self.log = log
         with log.open("wb") as stderr:  # a file: a pipe nobody reads would stop a chatty server
             self.proc = subprocess.Popen(resolve([*command, *options]), cwd=ROOT, env={**process_env(), **(env or {})},
@@ -905,7 +905,7 @@ def answered_by(port: int) -> str:
 
 
 def test_a_killed_worker_is_replaced_and_no_connection_is_refused_meanwhile(own_server) -> None:
-    started = own_server()
+    started = own_server(workers=2)
     workers = wait_for(lambda: (lambda w: w if len(w) == 2 else None)(started.workers()), 10, 0.02, "two workers")
     prefixes: set[str] = set()
     wait_for(lambda: prefixes.add(answered_by(started.port)) or len(prefixes) == 2, 20, 0.02, "both workers answer")
@@ -932,7 +932,7 @@ def test_a_killed_worker_is_replaced_and_no_connection_is_refused_meanwhile(own_
 
 
 def test_a_worker_dying_again_and_again_stops_the_server_with_1(own_server) -> None:
-    started = own_server()
+    started = own_server(workers=2)
     workers = wait_for(lambda: (lambda w: w if len(w) == 2 else None)(started.workers()), 10, 0.02, "two workers")
     victim, survivor = sorted(workers)
     for _ in range(RESTARTS):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import hashlib
+import logging
 import threading
 import time
 import weakref
@@ -26,6 +27,7 @@ from core.hot import hot, unique_hex
 
 from .redis_async import NotAcknowledged, NotSent, PipelinedRedis
 
+log = logging.getLogger(__name__)
 LUA_DIR = Path(__file__).resolve().parent / "lua"
 DRAIN_GROUP = "drain"
 
@@ -187,24 +189,36 @@ def reset_redis_client() -> None:
 class _Script:
     """One of the Lua scripts, every one of which changes the campaign's state. With replica acks
     (COUPONS_REDIS_REPLICA_ACKS), it runs with a WAIT after it on the same connection (one round trip) and
-    answers only once that many replicas hold its change: NotAcknowledged (with the script's reply) otherwise."""
+    answers only once that many replicas hold its change: NotAcknowledged (with the script's reply) otherwise.
 
-    def __init__(self, client: redis.Redis, name: str) -> None:
+    A script that gives back (`gives_back`: void, cancel, a shared code's give-back, add_stock) answers its reply
+    even then: it holds on the master, and a failover that lost it would only leave stock unsold (verify_campaign
+    names it, reconcile returns it), never promise a coupon twice; raising would undo the PostgreSQL side of a
+    change Redis already made."""
+
+    def __init__(self, client: redis.Redis, name: str, *, gives_back: bool = False) -> None:
         self.client = client
+        self.name, self.gives_back = name, gives_back
         self.registered = client.register_script((LUA_DIR / f"{name}.lua").read_text())
         self.sha, self.script = self.registered.sha, self.registered.script
 
     def __call__(self, *, keys: list[str], args: list[Any]) -> Any:
         if not hot().replica_acks:
             return self.registered(keys=keys, args=args)
-        pipe = self.client.pipeline(transaction=False)
-        pipe.evalsha(self.sha, len(keys), *keys, *args)
         try:
-            return replicated(pipe)[0]
-        except redis.exceptions.NoScriptError:  # Redis lost its scripts (SCRIPT FLUSH, a restart): send it whole
             pipe = self.client.pipeline(transaction=False)
-            pipe.eval(self.script, len(keys), *keys, *args)
-            return replicated(pipe)[0]
+            pipe.evalsha(self.sha, len(keys), *keys, *args)
+            try:
+                return replicated(pipe)[0]
+            except redis.exceptions.NoScriptError:  # Redis lost its scripts (SCRIPT FLUSH, a restart): send it whole
+                pipe = self.client.pipeline(transaction=False)
+                pipe.eval(self.script, len(keys), *keys, *args)
+                return replicated(pipe)[0]
+        except NotAcknowledged as exc:
+            if not self.gives_back:
+                raise
+            log.warning("%s: %s; it holds on the master", self.name, exc)
+            return exc.reply
 
 
 def replicated(pipe: Any) -> list[Any]:
@@ -226,13 +240,13 @@ class _Scripts:
     def __init__(self, client: redis.Redis) -> None:
         self.claim = _Script(client, "claim")
         self.load_state = _Script(client, "load_state")
-        self.cancel = _Script(client, "cancel")
+        self.cancel = _Script(client, "cancel", gives_back=True)
         self.compare_and_set = _Script(client, "compare_and_set")
-        self.add_stock = _Script(client, "add_stock")
+        self.add_stock = _Script(client, "add_stock", gives_back=True)
         self.extend = _Script(client, "extend")
-        self.void = _Script(client, "void")
+        self.void = _Script(client, "void", gives_back=True)
         self.code_take = _Script(client, "code_take")
-        self.code_give_back = _Script(client, "code_give_back")
+        self.code_give_back = _Script(client, "code_give_back", gives_back=True)
 
 
 _scripts: _Scripts | None = None
@@ -542,8 +556,6 @@ def run_void(answer_key: str, token: str) -> str | None:
     ledger id when it must be cancelled now, None when there is nothing to take back. Raise StoreUnavailable."""
     try:
         taken, ledger_id = scripts().void(keys=[answer_key], args=[token])
-    except NotAcknowledged as exc:  # a take-back: it holds on the master, the cancel goes on from there
-        taken, ledger_id = exc.reply
     except redis.RedisError as exc:
         raise StoreUnavailable(str(exc)) from exc
     if not int(taken):

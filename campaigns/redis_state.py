@@ -16,7 +16,7 @@ import weakref
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import redis
 from django.conf import settings
@@ -212,7 +212,7 @@ class _Script:
                 return replicated(pipe)[0]
             except redis.exceptions.NoScriptError:  # Redis lost its scripts (SCRIPT FLUSH, a restart): send it whole
                 pipe = self.client.pipeline(transaction=False)
-                pipe.eval(self.script, len(keys), *keys, *args)
+                pipe.eval(cast(str, self.script), len(keys), *keys, *args)
                 return replicated(pipe)[0]
         except NotAcknowledged as exc:
             if not self.gives_back:

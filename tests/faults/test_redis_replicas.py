@@ -90,13 +90,18 @@ def _claims_503_while_the_replica_is_stopped(replica: Valkey) -> None:
 
 
 def failover(stack: Any, replica: Valkey, sentinel: Sentinel, window: Window) -> None:
-    """SIGKILL the master while its replica is cut off (CLIENT KILL TYPE replica: the replica reconnects within
-    a second, the master goes on answering meanwhile; what it wrote then is in its backlog only), then let
-    Sentinel promote the replica. (DEBUG SLEEP on the replica lost nothing: the stream waited in its socket.)"""
+    """SIGKILL the master while its replica is cut off (SIGSTOP, then CLIENT KILL TYPE replica on the master: the
+    master goes on answering, what it writes is in its backlog only, and the stopped replica can't reconnect),
+    then let Sentinel promote the replica. (DEBUG SLEEP on the replica, or CLIENT KILL alone, lost nothing: the
+    stream waited in the replica's socket, or it resynchronised at once.)"""
     window.open()
-    stack.redis.admin().execute_command("CLIENT", "KILL", "TYPE", "replica")
-    time.sleep(0.3)
-    stack.redis.kill()
+    os.kill(replica.pid, signal.SIGSTOP)
+    try:
+        stack.redis.admin().execute_command("CLIENT", "KILL", "TYPE", "replica")
+        time.sleep(0.5)
+        stack.redis.kill()
+    finally:
+        os.kill(replica.pid, signal.SIGCONT)
     promoted = wait_until(lambda: sentinel.master_port() == replica.port
                           and replica.admin().info("replication")["role"] == "master", 30)
     window.notes["promoted_after_s"] = None if promoted is None else round(promoted - window.start, 1)

@@ -10,6 +10,15 @@ not run twice), and a stalled Redis is a fast failure. A watchdog fails every wa
 TimeoutError when the oldest has waited `timeout` seconds, and drops the connection; the next command opens
 a new one. Callers that must know whether a timed-out command ran find out from Redis afterwards
 (redis_state.run_claim_async).
+
+Replicas (acks > 0): after the scripts of one batch the client sends one WAIT <acks> <timeout>, and every
+script of the batch answers only once that WAIT has: NotAcknowledged (carrying the script's reply) when fewer
+replicas confirmed it in time. While a WAIT is out, the commands issued meanwhile are held and go out together
+(with their own WAIT) when it returns: one WAIT per batch, never two queued behind each other.
+
+Sentinel (sentinels given): each new connection asks the sentinels for the master's address first, so after a
+failover (the connection dropped, or a demoted master answering READONLY) the next command goes to the new
+master. Nothing is ever retried: a command that may have run is the caller's to read back.
 """
 from __future__ import annotations
 
@@ -22,7 +31,7 @@ from typing import Any, cast
 
 import hiredis
 from redis.connection import parse_url
-from redis.exceptions import ConnectionError, ResponseError
+from redis.exceptions import ConnectionError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 _SECOND_LOOK_SECONDS = 0.01
@@ -32,10 +41,41 @@ class NotSent(ConnectionError):
     """No connection to Redis could be opened: the command was never sent, so it surely did not run."""
 
 
+class NotAcknowledged(RedisError):
+    """The command ran on the master, but fewer replicas than required confirmed it within the timeout (WAIT):
+    a failover may lose it. `reply` is the command's own reply."""
+
+    def __init__(self, reply: Any, replicas: int) -> None:
+        super().__init__(f"{replicas} replicas confirmed the write, fewer than required")
+        self.reply, self.replicas = reply, replicas
+
+
+async def master_address(sentinels: list[tuple[str, int]], name: str, timeout: float) -> tuple[str, int]:
+    """Ask the sentinels (in turn) where the master `name` is. Raise NotSent when none knows."""
+    for host, port in sentinels:
+        try:
+            _, conn = await asyncio.wait_for(asyncio.get_running_loop().create_connection(
+                lambda: _Connection(asyncio.get_running_loop(), timeout), host, port), timeout)
+        except (OSError, TimeoutError):
+            continue
+        try:
+            reply = await asyncio.wait_for(
+                conn.send(hiredis.pack_command(cast(Any, ("SENTINEL", "get-master-addr-by-name", name)))), timeout)
+        except (RedisError, TimeoutError):
+            continue
+        finally:
+            conn.abort(ConnectionError("done"))
+        if reply:
+            return reply[0].decode(), int(reply[1])
+    raise NotSent(f"no sentinel of {sentinels} knows the master {name!r}")
+
+
 class PipelinedRedis:
     """One auto-pipelined connection, used from one event loop."""
 
-    def __init__(self, url: str, *, timeout: float, connect_timeout: float | None = None) -> None:
+    def __init__(self, url: str, *, timeout: float, connect_timeout: float | None = None, acks: int = 0,
+                 ack_timeout_ms: int = 0, sentinels: list[tuple[str, int]] | None = None,
+                 sentinel_master: str = "") -> None:
         options = parse_url(url)
         self._path: str | None = options.get("path")
         self._host: str = options.get("host", "localhost")
@@ -49,24 +89,42 @@ class PipelinedRedis:
             self._hello.append(("SELECT", int(options["db"])))
         self.timeout = timeout
         self.connect_timeout = connect_timeout if connect_timeout is not None else timeout
+        self.acks = acks
+        self._wait = hiredis.pack_command(cast(Any, ("WAIT", acks, ack_timeout_ms))) if acks else b""
+        self._sentinels, self._sentinel_master = sentinels or [], sentinel_master
         self._conn: _Connection | None = None
         self._connecting: asyncio.Future[_Connection] | None = None
 
     async def execute(self, *args: Any) -> Any:
         """Send one command; return its reply. Raise ConnectionError, TimeoutError or ResponseError."""
         conn = self._conn
-        if conn is None or conn.closed:
+        if conn is None or conn.closed or conn.stale:
             conn = await self._connect()
         return await conn.send(hiredis.pack_command(args))
 
+    async def _acked(self, *args: Any) -> Any:
+        """execute() for a write: with acks, its reply once its batch's WAIT confirmed it (NotAcknowledged)."""
+        if not self.acks:
+            return await self.execute(*args)
+        conn = self._conn
+        if conn is None or conn.closed or conn.stale:
+            conn = await self._connect()
+        reply, confirmed = conn.send_acked(hiredis.pack_command(args), self._wait)
+        result = await reply
+        replicas = await confirmed
+        if replicas < self.acks:
+            raise NotAcknowledged(result, replicas)
+        return result
+
     async def evalsha(self, sha: str, script: str | bytes | memoryview, keys: list[str], args: list[Any]) -> Any:
-        """Run a script by its SHA1; load it with EVAL when Redis does not know it (after SCRIPT FLUSH)."""
+        """Run a script by its SHA1; load it with EVAL when Redis does not know it (after SCRIPT FLUSH). With
+        acks, answer once the replicas confirmed it (raise NotAcknowledged otherwise)."""
         try:
-            return await self.execute("EVALSHA", sha, len(keys), *keys, *args)
+            return await self._acked("EVALSHA", sha, len(keys), *keys, *args)
         except ResponseError as exc:
             if not str(exc).startswith("NOSCRIPT"):
                 raise
-        return await self.execute("EVAL", script, len(keys), *keys, *args)
+        return await self._acked("EVAL", script, len(keys), *keys, *args)
 
     def close(self) -> None:
         if self._conn is not None:
@@ -81,6 +139,11 @@ class PipelinedRedis:
         self._connecting = loop.create_future()
         try:
             conn = await asyncio.wait_for(self._open(loop), self.connect_timeout)
+        except NotSent as exc:
+            self._connecting.set_exception(exc)
+            self._connecting.exception()
+            self._connecting = None
+            raise
         except (OSError, TimeoutError, ResponseError) as exc:
             error = exc if isinstance(exc, ResponseError) else NotSent(f"cannot connect to Redis: {exc!r}")
             self._connecting.set_exception(error)
@@ -99,8 +162,11 @@ class PipelinedRedis:
         if self._path:
             _, conn = await loop.create_unix_connection(factory, self._path)
         else:
+            host, port = self._host, self._port
+            if self._sentinels:
+                host, port = await master_address(self._sentinels, self._sentinel_master, self.connect_timeout)
             context = ssl.create_default_context() if self._ssl else None
-            _, conn = await loop.create_connection(factory, self._host, self._port, ssl=context)
+            _, conn = await loop.create_connection(factory, host, port, ssl=context)
         for command in self._hello:
             await conn.send(hiredis.pack_command(command))
         return conn
@@ -118,6 +184,11 @@ class _Connection(asyncio.Protocol):
         self.watchdog: asyncio.TimerHandle | None = None
         self.closed = False
         self.writes = 0  # how many writes carried the commands (fewer than commands: the batching works)
+        self.batch_ack: asyncio.Future[int] | None = None  # the WAIT of the commands not yet written
+        self.wait_command = b""
+        self.acking = False  # a WAIT is out: what is issued meanwhile is held until it returns
+        self.acks_out: set[asyncio.Future[int]] = set()  # the WAITs' futures (a failed one is -1, never an error)
+        self.stale = False  # it answered READONLY (a demoted master): no new command, closed once drained
 
     # -- sending ------------------------------------------------------------------------------------------
 
@@ -127,21 +198,43 @@ class _Connection(asyncio.Protocol):
         future = self.loop.create_future()
         self.waiting.append((future, time.monotonic()))
         self.outgoing.append(packed)
-        if not self.flush_scheduled:
+        if not self.flush_scheduled and not self.acking:
             self.flush_scheduled = True
             self.loop.call_soon(self._flush)
         if self.watchdog is None:
             self.watchdog = self.loop.call_later(self.timeout, self._check)
         return future
 
+    def send_acked(self, packed: bytes, wait_command: bytes) -> tuple[asyncio.Future[Any], asyncio.Future[int]]:
+        """send() a write; also return the future of its batch's WAIT (the replicas that confirmed it, -1 when
+        the connection was lost first)."""
+        future = self.send(packed)
+        if self.batch_ack is None:
+            self.batch_ack = self.loop.create_future()
+            self.acks_out.add(self.batch_ack)
+            self.wait_command = wait_command
+        return future, self.batch_ack
+
     def _flush(self) -> None:
         self.flush_scheduled = False
-        if self.closed or self.transport is None:
+        if self.closed or self.transport is None or self.acking or not self.outgoing:
             return
+        ack = self.batch_ack
+        if ack is not None:  # the batch's one WAIT, after its scripts
+            self.batch_ack = None
+            self.outgoing.append(self.wait_command)
+            self.waiting.append((ack, time.monotonic()))
+            self.acking = True
+            ack.add_done_callback(self._acked)
         data = b"".join(self.outgoing)
         self.outgoing.clear()
         self.transport.write(data)
         self.writes += 1
+
+    def _acked(self, ack: asyncio.Future[int]) -> None:
+        self.acks_out.discard(ack)
+        self.acking = False
+        self._flush()  # what was held meanwhile
 
     def _check(self, suspect: asyncio.Future[Any] | None = None) -> None:
         """Fail everything that waits when the oldest command has waited `timeout` seconds.
@@ -168,9 +261,16 @@ class _Connection(asyncio.Protocol):
             if self.transport is not None:
                 with contextlib.suppress(RuntimeError):  # its event loop is already closed
                     self.transport.abort()
+        if self.batch_ack is not None:
+            self.waiting.append((self.batch_ack, 0.0))
+            self.batch_ack = None
         while self.waiting:
             future, _ = self.waiting.popleft()
-            if not future.done():
+            if future.done():
+                continue
+            if future in self.acks_out:
+                future.set_result(-1)  # a WAIT never answered: nothing confirmed
+            else:
                 future.set_exception(error)
         if self.watchdog is not None:
             self.watchdog.cancel()
@@ -199,9 +299,16 @@ class _Connection(asyncio.Protocol):
             if future.done():
                 continue
             if isinstance(reply, hiredis.ReplyError):
+                if future in self.acks_out:
+                    future.set_result(-1)
+                    continue
+                if str(reply).startswith("READONLY"):
+                    self.stale = True  # a replica now (failover): the next command finds the new master
                 future.set_exception(ResponseError(str(reply)))
             else:
                 future.set_result(reply)
+        if self.stale and not waiting:
+            self.abort(ConnectionError("Redis is a replica now"))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.abort(ConnectionError(f"connection to Redis lost: {exc!r}" if exc else "connection to Redis closed"))

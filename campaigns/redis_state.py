@@ -9,13 +9,14 @@ from __future__ import annotations
 import asyncio
 import enum
 import hashlib
+import logging
 import threading
 import time
 import weakref
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import redis
 from django.conf import settings
@@ -24,8 +25,9 @@ from redis.retry import Retry
 
 from core.hot import hot, unique_hex
 
-from .redis_async import NotSent, PipelinedRedis
+from .redis_async import NotAcknowledged, NotSent, PipelinedRedis
 
+log = logging.getLogger(__name__)
 LUA_DIR = Path(__file__).resolve().parent / "lua"
 DRAIN_GROUP = "drain"
 
@@ -135,6 +137,9 @@ def redis_client() -> redis.Redis:
 
                 _client = cluster_client(settings.REDIS_URL, timeout=settings.COUPONS_REDIS_SOCKET_TIMEOUT,
                                          max_connections=settings.COUPONS_REDIS_MAX_CONNECTIONS)
+            elif _client is None and settings.REDIS_SENTINELS:
+                _client = _sentinel_client(settings.COUPONS_REDIS_SOCKET_TIMEOUT,
+                                           max_connections=settings.COUPONS_REDIS_MAX_CONNECTIONS)
             elif _client is None:
                 timeout = settings.COUPONS_REDIS_SOCKET_TIMEOUT
                 pool = redis.BlockingConnectionPool.from_url(
@@ -148,6 +153,20 @@ def redis_client() -> redis.Redis:
                 )
                 _client = redis.Redis(connection_pool=pool)
     return _client
+
+
+def _sentinel_client(timeout: float, *, max_connections: int | None = None) -> redis.Redis:
+    """A client of the master the sentinels (REDIS_SENTINELS) name REDIS_SENTINEL_MASTER: each new connection
+    asks them where it is, and a connection to a demoted master (READONLY) is dropped, so the client follows a
+    failover. REDIS_URL gives the password and the database only. No retries, like every client here."""
+    from redis.sentinel import Sentinel
+
+    options = redis.connection.parse_url(settings.REDIS_URL) if settings.REDIS_URL else {}
+    options = {k: v for k, v in options.items() if k in ("username", "password", "db")}
+    sentinel = Sentinel(settings.REDIS_SENTINELS, socket_timeout=timeout, socket_connect_timeout=timeout)
+    extra = {"max_connections": max_connections} if max_connections else {}
+    return sentinel.master_for(settings.REDIS_SENTINEL_MASTER, socket_timeout=timeout,
+                               socket_connect_timeout=timeout, retry=Retry(NoBackoff(), 0), **options, **extra)
 
 
 def reset_redis_client() -> None:
@@ -167,17 +186,67 @@ def reset_redis_client() -> None:
         _async_clients.clear()
 
 
+class _Script:
+    """One of the Lua scripts, every one of which changes the campaign's state. With replica acks
+    (COUPONS_REDIS_REPLICA_ACKS), it runs with a WAIT after it on the same connection (one round trip) and
+    answers only once that many replicas hold its change: NotAcknowledged (with the script's reply) otherwise.
+
+    A script that gives back (`gives_back`: void, cancel, a shared code's give-back, add_stock) answers its reply
+    even then: it holds on the master, and a failover that lost it would only leave stock unsold (verify_campaign
+    names it, reconcile returns it), never promise a coupon twice; raising would undo the PostgreSQL side of a
+    change Redis already made."""
+
+    def __init__(self, client: redis.Redis, name: str, *, gives_back: bool = False) -> None:
+        self.client = client
+        self.name, self.gives_back = name, gives_back
+        self.registered = client.register_script((LUA_DIR / f"{name}.lua").read_text())
+        self.sha, self.script = self.registered.sha, self.registered.script
+
+    def __call__(self, *, keys: list[str], args: list[Any]) -> Any:
+        if not hot().replica_acks:
+            return self.registered(keys=keys, args=args)
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.evalsha(self.sha, len(keys), *keys, *args)
+            try:
+                return replicated(pipe)[0]
+            except redis.exceptions.NoScriptError:  # Redis lost its scripts (SCRIPT FLUSH, a restart): send it whole
+                pipe = self.client.pipeline(transaction=False)
+                pipe.eval(cast(str, self.script), len(keys), *keys, *args)
+                return replicated(pipe)[0]
+        except NotAcknowledged as exc:
+            if not self.gives_back:
+                raise
+            log.warning("%s: %s; it holds on the master", self.name, exc)
+            return exc.reply
+
+
+def replicated(pipe: Any) -> list[Any]:
+    """Execute a pipeline (not a MULTI); with replica acks, WAIT after its commands on the same connection and
+    return the replies only once that many replicas hold what this connection wrote (and so everything the
+    master held before it): raise NotAcknowledged, whose `reply` is the replies, when fewer confirmed it in time.
+    The drain reads the ledger through it (orders/ledger.py): it never persists a claim a failover may lose."""
+    conf = hot()
+    if not conf.replica_acks:
+        return list(pipe.execute())
+    pipe.execute_command("WAIT", conf.replica_acks, conf.replica_ack_timeout_ms)
+    *replies, replicas = pipe.execute()
+    if int(replicas) < conf.replica_acks:
+        raise NotAcknowledged(replies[0] if len(replies) == 1 else replies, int(replicas))
+    return replies
+
+
 class _Scripts:
     def __init__(self, client: redis.Redis) -> None:
-        self.claim = client.register_script((LUA_DIR / "claim.lua").read_text())
-        self.load_state = client.register_script((LUA_DIR / "load_state.lua").read_text())
-        self.cancel = client.register_script((LUA_DIR / "cancel.lua").read_text())
-        self.compare_and_set = client.register_script((LUA_DIR / "compare_and_set.lua").read_text())
-        self.add_stock = client.register_script((LUA_DIR / "add_stock.lua").read_text())
-        self.extend = client.register_script((LUA_DIR / "extend.lua").read_text())
-        self.void = client.register_script((LUA_DIR / "void.lua").read_text())
-        self.code_take = client.register_script((LUA_DIR / "code_take.lua").read_text())
-        self.code_give_back = client.register_script((LUA_DIR / "code_give_back.lua").read_text())
+        self.claim = _Script(client, "claim")
+        self.load_state = _Script(client, "load_state")
+        self.cancel = _Script(client, "cancel", gives_back=True)
+        self.compare_and_set = _Script(client, "compare_and_set")
+        self.add_stock = _Script(client, "add_stock", gives_back=True)
+        self.extend = _Script(client, "extend")
+        self.void = _Script(client, "void", gives_back=True)
+        self.code_take = _Script(client, "code_take")
+        self.code_give_back = _Script(client, "code_give_back", gives_back=True)
 
 
 _scripts: _Scripts | None = None
@@ -208,6 +277,8 @@ def run_claim(
                       client_ip=client_ip, now_ms=redis_now_ms())
     try:
         raw = scripts().claim(keys=call.keys, args=call.args)
+    except NotAcknowledged as exc:
+        raw = _unless_claimed(exc, call, campaign_id, user_id)
     except (redis.ConnectionError, redis.TimeoutError) as exc:
         # The reply is lost, not necessarily the claim: once the deadline has passed the script can no longer
         # run, so its stored answer (or its absence) is the outcome. Never answer 503 for a claim that happened.
@@ -228,7 +299,21 @@ def _found_or_unavailable(stored: tuple[int, str] | None | object, exc: Exceptio
     if stored is None:
         raise StoreUnavailable(str(exc)) from exc
     assert isinstance(stored, tuple)
+    if stored[0] == ClaimCode.CLAIMED and hot().replica_acks:
+        # Read back from the master, but no replica confirmed it to this request: never answered claimed.
+        raise ClaimOutcomeUnknown(str(exc), campaign_id=campaign_id, user_id=user_id,
+                                  answer_key=call.idem_key, token=call.token) from exc
     return [stored[0], stored[1], 2]
+
+
+def _unless_claimed(exc: NotAcknowledged, call: ClaimCall, campaign_id: int, user_id: str) -> list[Any]:
+    """The reply of a claim the replicas did not confirm in time: a claim (or the replay of one) may be lost
+    by a failover, so it is answered 503 and taken back (ClaimOutcomeUnknown, as a lost reply); any other
+    answer promised nothing and stands."""
+    if int(exc.reply[0]) != ClaimCode.CLAIMED:
+        return list(exc.reply)
+    raise ClaimOutcomeUnknown(str(exc), campaign_id=campaign_id, user_id=user_id,
+                              answer_key=call.idem_key, token=call.token) from exc
 
 
 UNREADABLE = object()  # the stored answer could not be read (Redis still unreachable)
@@ -311,6 +396,8 @@ async def run_claim_async(
     script = scripts().claim
     try:
         raw = await client.evalsha(script.sha, script.script, call.keys, call.args)
+    except NotAcknowledged as exc:
+        raw = _unless_claimed(exc, call, campaign_id, user_id)
     except NotSent as exc:  # never reached Redis: nothing to read back, nothing to take back
         raise StoreUnavailable(str(exc)) from exc
     except (redis.ConnectionError, redis.TimeoutError) as exc:
@@ -338,10 +425,17 @@ def async_client() -> PipelinedRedis:
     loop = asyncio.get_running_loop()
     client = _async_clients.get(loop)
     if client is None:
-        timeout = settings.COUPONS_REDIS_SOCKET_TIMEOUT
-        client = _async_clients[loop] = PipelinedRedis(settings.REDIS_URL, timeout=timeout)
+        client = _async_clients[loop] = _pipelined(settings.COUPONS_REDIS_SOCKET_TIMEOUT,
+                                                   acks=settings.COUPONS_REDIS_REPLICA_ACKS)
     _this_thread.last = (loop, client)
     return client
+
+
+def _pipelined(timeout: float, *, acks: int = 0) -> PipelinedRedis:
+    """A pipelined client of REDIS_URL, or of the master the sentinels name (REDIS_SENTINELS)."""
+    return PipelinedRedis(settings.REDIS_URL or "redis://", timeout=timeout, acks=acks,
+                          ack_timeout_ms=settings.COUPONS_REDIS_REPLICA_ACK_TIMEOUT_MS,
+                          sentinels=settings.REDIS_SENTINELS, sentinel_master=settings.REDIS_SENTINEL_MASTER)
 
 
 async def _redis_now_ms_async(client: PipelinedRedis) -> int:
@@ -361,7 +455,7 @@ async def _stored_answer_after_async(idem_key: str, field: str, deadline_ms: int
         await asyncio.sleep(min(wait_ms, 1000) / 1000)
     give_up = time.monotonic() + RECOVERY_BUDGET_SECONDS
     while time.monotonic() < give_up:
-        reader = PipelinedRedis(settings.REDIS_URL, timeout=0.1)
+        reader = _pipelined(0.1)
         try:
             stored = await (reader.execute("HGET", idem_key, field) if field else reader.execute("GET", idem_key))
         except redis.RedisError:
@@ -397,6 +491,8 @@ def _recovery_client() -> redis.Redis:
         from .redis_cluster import cluster_client
 
         _recovery = cluster_client(settings.REDIS_URL, timeout=0.1)
+    elif _recovery is None and settings.REDIS_SENTINELS:
+        _recovery = _sentinel_client(0.1)
     elif _recovery is None:
         _recovery = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=0.1, socket_connect_timeout=0.1,
                                          retry=Retry(NoBackoff(), 0))

@@ -29,6 +29,8 @@ class HotSettings:
     drain_trigger_ttl_ms: int
     shopper_per_second: int
     ip_per_second: int
+    replica_acks: int
+    replica_ack_timeout_ms: int
 
 
 _hot: HotSettings | None = None
@@ -48,6 +50,8 @@ def hot() -> HotSettings:
             drain_trigger_ttl_ms=settings.COUPONS_DRAIN_TRIGGER_TTL_MS,
             shopper_per_second=settings.COUPONS_RATE_LIMIT_SHOPPER_PER_SECOND,
             ip_per_second=settings.COUPONS_RATE_LIMIT_IP_PER_SECOND,
+            replica_acks=settings.COUPONS_REDIS_REPLICA_ACKS,
+            replica_ack_timeout_ms=settings.COUPONS_REDIS_REPLICA_ACK_TIMEOUT_MS,
         )
     return _hot
 

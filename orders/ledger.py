@@ -14,7 +14,7 @@ from typing import Any
 
 import redis
 
-from campaigns.redis_state import DRAIN_GROUP, StoreUnavailable, campaign_keys, redis_client
+from campaigns.redis_state import DRAIN_GROUP, StoreUnavailable, campaign_keys, redis_client, replicated
 from core.auth import USER_ID_RE
 
 CLAIM_ID_RE = re.compile(r"([1-9][0-9]{0,17})-([0-9]{1,15})-([0-9]{1,10})")
@@ -88,7 +88,9 @@ def read_new(campaign_id: int, *, consumer: str, count: int) -> list[LedgerEntry
     """Read up to `count` entries never delivered to any consumer of the drain group."""
     keys = campaign_keys(campaign_id)
     try:
-        reply: Any = redis_client().xreadgroup(DRAIN_GROUP, consumer, {keys.ledger: ">"}, count=count)
+        pipe = redis_client().pipeline(transaction=False)
+        pipe.xreadgroup(DRAIN_GROUP, consumer, {keys.ledger: ">"}, count=count)
+        reply: Any = replicated(pipe)[0]  # with replicas: only entries they hold (a failover loses none)
     except redis.ResponseError as exc:
         if "NOGROUP" in str(exc):
             return []  # no stream: the campaign was never loaded, or its keys expired
@@ -104,7 +106,9 @@ def reclaim_stale(campaign_id: int, *, consumer: str, min_idle_ms: int, count: i
     """Take over up to `count` entries another consumer read but has not acknowledged for `min_idle_ms`."""
     keys = campaign_keys(campaign_id)
     try:
-        reply = redis_client().xautoclaim(keys.ledger, DRAIN_GROUP, consumer, min_idle_ms, "0-0", count=count)
+        pipe = redis_client().pipeline(transaction=False)
+        pipe.xautoclaim(keys.ledger, DRAIN_GROUP, consumer, min_idle_ms, "0-0", count=count)
+        reply = replicated(pipe)[0]
     except redis.ResponseError as exc:
         if "NOGROUP" in str(exc) or "no such key" in str(exc).lower():
             return []

@@ -63,9 +63,10 @@ class Valkey:
     """A Redis-compatible server of the test's own that a fault may stop, kill, freeze or wipe; it always
     comes back on the same port (and, unless wiped, with its AOF)."""
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, *, port: int | None = None, config: dict[str, str] | None = None) -> None:
         self.data_dir = data_dir
-        self.port = free_port()
+        self.port = port or free_port()
+        self.config = {**VALKEY_CONFIG, **(config or {})}  # a replica's: replicaof
         self.server: ValkeyServer | None = None
 
     @property
@@ -78,7 +79,7 @@ class Valkey:
         return self.server._process.pid
 
     def start(self) -> None:
-        self.server = ValkeyServer(port=self.port, data_dir=self.data_dir, config=VALKEY_CONFIG, persist=True)
+        self.server = ValkeyServer(port=self.port, data_dir=self.data_dir, config=self.config, persist=True)
         self.server.start(timeout=20)
 
     def admin(self, timeout: float = 5.0) -> redis_py.Redis:

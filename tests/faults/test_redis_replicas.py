@@ -1,0 +1,146 @@
+"""Faults of a replicated Redis (issue 22): with COUPONS_REDIS_REPLICA_ACKS a claim is answered claimed only
+once WAIT confirmed a replica holds it, so a failover loses no claim a shopper was told of; a replica that stops
+acknowledging turns claims into fast 503s (taken back), never into claims a failover may lose."""
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import os
+import signal
+import threading
+import time
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.test import override_settings
+
+from campaigns.redis_state import campaign_keys, redis_client, reset_redis_client
+from campaigns.services import campaign_preheat
+from core.errors import Unavailable
+from orders.claim import claim_create, claim_create_async
+from orders.drain import drain_campaign
+from orders.models import Claim
+
+from ..factories import CampaignFactory
+from .harness import Valkey, Window, run_fault, wait_until
+from .replicas import MASTER_NAME, Sentinel, start_replica
+
+pytestmark = [pytest.mark.slow]
+
+
+def test_a_replica_that_stops_acknowledging_makes_claims_fast_503s_and_none_is_lost(transactional_db, tmp_path,
+                                                                                     private_redis) -> None:
+    replica = start_replica(private_redis, tmp_path / "replica")  # type: ignore[arg-type]
+    try:
+        with override_settings(COUPONS_REDIS_REPLICA_ACKS=1, COUPONS_REDIS_REPLICA_ACK_TIMEOUT_MS=100):
+            reset_redis_client()
+            _claims_503_while_the_replica_is_stopped(replica)
+    finally:
+        replica.stop()
+        reset_redis_client()
+
+
+def _claims_503_while_the_replica_is_stopped(replica: Valkey) -> None:
+    campaign = CampaignFactory(total_stock=30, per_user_limit=5)
+    campaign_preheat(campaign=campaign)
+    keys = campaign_keys(campaign.pk)
+    told = [claim_create(campaign_id=campaign.pk, user_id="warm", idempotency_key=None),
+            asyncio.run(claim_create_async(campaign_id=campaign.pk, user_id="warm-async", idempotency_key="w"))]
+    assert [o.status for o in told] == ["claimed", "claimed"]
+    answers: list[Any] = []
+
+    def shopper(n: int) -> None:
+        try:
+            answers.append(claim_create(campaign_id=campaign.pk, user_id=f"s{n}", idempotency_key=f"k{n}"))
+        except Unavailable as exc:
+            answers.append(exc)
+
+    async def shoppers_on_a_loop() -> list[Any]:  # one pipelined batch: one WAIT for all of them
+        return await asyncio.gather(*(claim_create_async(campaign_id=campaign.pk, user_id=f"a{n}",
+                                                         idempotency_key=None if n % 2 else f"ak{n}")
+                                      for n in range(8)), return_exceptions=True)
+
+    os.kill(replica.pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        threads = [threading.Thread(target=shopper, args=(n,)) for n in range(6)]
+        for t in threads:
+            t.start()
+        answers += asyncio.run(shoppers_on_a_loop())
+        for t in threads:
+            t.join()
+        elapsed = time.monotonic() - started
+    finally:
+        os.kill(replica.pid, signal.SIGCONT)
+
+    assert len(answers) == 14 and all(isinstance(a, Unavailable) for a in answers), answers
+    assert elapsed < 1.0
+    # The claims ran on the master: the voider takes every one back (void.lua, then the cancel) once the
+    # replica acknowledges again; the two told 'claimed' stand.
+    assert wait_until(lambda: int(redis_client().get(keys.stock)) == 28, 15), redis_client().get(keys.stock)
+    drain_campaign(campaign_id=campaign.pk)
+    claims = {c.claim_id: c.status for c in Claim.objects.filter(campaign=campaign)}
+    assert {told[0].claim_id, told[1].claim_id} <= {cid for cid, s in claims.items() if s != "cancelled"}
+    assert sum(1 for s in claims.values() if s != "cancelled") == 2
+    out = io.StringIO()
+    call_command("verify_campaign", str(campaign.pk), "--json", stdout=out)  # exits 1 when it does not balance
+    assert json.loads(out.getvalue().strip().splitlines()[-1])
+
+
+def failover(stack: Any, replica: Valkey, sentinel: Sentinel, window: Window) -> None:
+    """SIGKILL the master while its replica is cut off (SIGSTOP, then CLIENT KILL TYPE replica on the master: the
+    master goes on answering, what it writes is in its backlog only, and the stopped replica can't reconnect),
+    then let Sentinel promote the replica. (DEBUG SLEEP on the replica, or CLIENT KILL alone, lost nothing: the
+    stream waited in the replica's socket, or it resynchronised at once.)"""
+    window.open()
+    os.kill(replica.pid, signal.SIGSTOP)
+    try:
+        stack.redis.admin().execute_command("CLIENT", "KILL", "TYPE", "replica")
+        time.sleep(0.5)
+        stack.redis.kill()
+    finally:
+        os.kill(replica.pid, signal.SIGCONT)
+    promoted = wait_until(lambda: sentinel.master_port() == replica.port
+                          and replica.admin().info("replication")["role"] == "master", 30)
+    window.notes["promoted_after_s"] = None if promoted is None else round(promoted - window.start, 1)
+    stack.redis = replica  # the harness reads the stock and the ledger from the new master
+    # With one replica required, the promoted master confirms nothing until it has a replica of its own: an
+    # operator (or the platform) starts one; meanwhile claims are 503s, never unconfirmed 'claimed'.
+    stack.spare = start_replica(replica, stack.log_dir / "replica-2")
+    time.sleep(1.0)
+    window.close()
+
+
+@pytest.mark.parametrize("acks", [1, pytest.param(0, marks=pytest.mark.skipif(
+    not os.environ.get("COUPONRUSH_SHOW_FAILOVER_LOSS"), reason="shows the loss WAIT prevents: run on demand"))])
+def test_a_sentinel_failover_loses_no_claim_answered_claimed(fault_stack, tmp_path, acks) -> None:
+    """With acks=1 I1-I7 hold; acks=0 (COUPONRUSH_SHOW_FAILOVER_LOSS=1) is the check that the test can fail:
+    claims answered while the replica was held are lost with the master."""
+    replica = start_replica(fault_stack.redis, tmp_path / "replica")
+    sentinel = Sentinel(fault_stack.redis, tmp_path / "sentinel")
+    try:
+        fault_stack.env.update(REDIS_SENTINELS=sentinel.address, REDIS_SENTINEL_MASTER=MASTER_NAME,
+                               COUPONS_REDIS_REPLICA_ACKS=str(acks), COUPONS_REDIS_REPLICA_ACK_TIMEOUT_MS="100")
+        with override_settings(REDIS_SENTINELS=[("127.0.0.1", sentinel.port)], REDIS_SENTINEL_MASTER=MASTER_NAME,
+                               COUPONS_REDIS_REPLICA_ACKS=acks, COUPONS_REDIS_REPLICA_ACK_TIMEOUT_MS=100):
+            reset_redis_client()
+            campaign = fault_stack.boot(stock=450)
+            window = Window()
+            _, problems = run_fault(fault_stack, campaign, window,
+                                    lambda load: failover(fault_stack, replica, sentinel, window),
+                                    fault=f"Redis master SIGKILL, Sentinel failover, replica acks {acks}")
+    finally:
+        sentinel.stop()
+        replica.stop()
+        if getattr(fault_stack, "spare", None) is not None:
+            fault_stack.spare.stop()
+        reset_redis_client()
+    if acks:
+        # Known gap (docs/design.md, "Replicas and failover"): a repeat of an Idempotency-Key whose replay was not
+        # confirmed marked the answer told (':d') first, so void.lua leaves that claim standing though its
+        # shoppers were told 503: a coupon nobody was told of (I4), never a 'claimed' lost (I3).
+        assert not [p for p in problems if not p.startswith("I4:")]
+    else:
+        assert problems, "no claim was lost without WAIT this time"

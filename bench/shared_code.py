@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import (  # noqa: E402
     BASE_DIR,
+    BackendCPU,
     BenchError,
     child_env,
     log,
@@ -87,7 +88,7 @@ def worker(spec: str) -> None:
         n = 0
         while True:
             n += 1
-            user = f"w{index}-{t}-{n}"
+            user = f"c{campaign_id}-w{index}-{t}-{n}"  # new shoppers and orders in every round and run
             try:
                 outcome = services.coupon_redeem(user_id=user, code=CODE, order=services.Order(
                     f"o-{user}", Decimal("350.00"), "CNY"))
@@ -105,9 +106,11 @@ def worker(spec: str) -> None:
     pool = [threading.Thread(target=run, args=(t,)) for t in range(int(threads))]
     for thread in pool:
         thread.start()
+    time.sleep(max(0.0, float(start_at) - time.time()))
+    cpu_at_start = time.process_time()  # this process's user + system CPU, all threads
     for thread in pool:
         thread.join()
-    print(json.dumps({**counts, "last_use": last_use[0]}), flush=True)
+    print(json.dumps({**counts, "last_use": last_use[0], "cpu": time.process_time() - cpu_at_start}), flush=True)
     del campaign
 
 
@@ -135,9 +138,10 @@ def round_of(mode: str, args: argparse.Namespace, env: dict[str, str]) -> dict[s
                    "SET uses_left = EXCLUDED.uses_left", [campaign_id, args.stock])
     per = [args.connections // args.processes + (i < args.connections % args.processes) for i in range(args.processes)]
     start_at = time.time() + 3.0
-    procs = [subprocess.Popen([sys.executable, __file__, "--worker", f"{mode}:{campaign_id}:{i}:{n}:{start_at}"],
-                              cwd=BASE_DIR, env=env, stdout=subprocess.PIPE) for i, n in enumerate(per)]
-    reports = [json.loads(p.communicate()[0].decode().strip().splitlines()[-1]) for p in procs]
+    with BackendCPU(env["DATABASE_URL"]) as backends:
+        procs = [subprocess.Popen([sys.executable, __file__, "--worker", f"{mode}:{campaign_id}:{i}:{n}:{start_at}"],
+                                  cwd=BASE_DIR, env=env, stdout=subprocess.PIPE) for i, n in enumerate(per)]
+        reports = [json.loads(p.communicate()[0].decode().strip().splitlines()[-1]) for p in procs]
     seconds = max(r["last_use"] for r in reports) - start_at
     redeemed = sum(r["redeemed"] for r in reports)
     with psycopg.connect(**connect_params(env["DATABASE_URL"]), autocommit=True) as db:
@@ -157,6 +161,11 @@ def round_of(mode: str, args: argparse.Namespace, env: dict[str, str]) -> dict[s
         "sold_out_answers": sum(r["sold_out"] for r in reports), "errors": sum(r["errors"] for r in reports),
         "seconds": round(seconds, 2), "uses_per_second": round(redeemed / seconds) if seconds > 0 else None,
         "cap_exact": redeemed == args.stock == (rows[0] if rows else -1),
+        # CPU per use (load-independent, unlike uses/s on a busy machine): the workers' Python (user + system,
+        # from the start signal) and PostgreSQL's backends of the database (bench.common.BackendCPU)
+        "python_cpu_us_per_use": round(sum(r["cpu"] for r in reports) / redeemed * 1e6) if redeemed else None,
+        "postgres_cpu_us_per_use": (round(backends.seconds / redeemed * 1e6)
+                                    if redeemed and backends.seconds is not None else None),
         "verify_balanced": verified,
     }
     print(json.dumps(result), flush=True)
@@ -193,7 +202,10 @@ def main() -> None:
         postgres_round = round_of("postgres", args, env)
         log(f"shared code, {args.connections} shoppers at once: Redis script {redis_round['uses_per_second']} "
             f"uses/s (cap exact: {redis_round['cap_exact']}), one PostgreSQL row "
-            f"{postgres_round['uses_per_second']} uses/s (cap exact: {postgres_round['cap_exact']})")
+            f"{postgres_round['uses_per_second']} uses/s (cap exact: {postgres_round['cap_exact']}); CPU per use: "
+            f"Python {redis_round['python_cpu_us_per_use']} us + PostgreSQL {redis_round['postgres_cpu_us_per_use']} "
+            f"us (Redis script), {postgres_round['python_cpu_us_per_use']} + "
+            f"{postgres_round['postgres_cpu_us_per_use']} us (one row)")
     finally:
         stores.stop()
 

@@ -1,6 +1,7 @@
 """Write use cases of campaigns: create, publish (preheat), pause and resume."""
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -9,6 +10,8 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 from django.db.models import F
+from django.db.models.signals import post_delete, post_save
+from django.dispatch import receiver
 from django.utils import timezone
 
 from core.errors import Unavailable
@@ -104,6 +107,41 @@ def _check_shared_code(campaign: Campaign) -> None:
     conflict = campaign.shared_code_conflict()
     if conflict:
         raise InvalidCampaign({"code": [conflict]})
+
+
+# The live campaign of a shared code, per process, for LIVE_CODE_SECONDS: a code typed at checkout costs no
+# query for it. Staleness can't oversell or let a paused or ended code through: the use's Redis take
+# (code_take.lua) checks the window, the pause and the stock atomically; a save in this process clears it.
+LIVE_CODE_SECONDS = 1.0
+LIVE_CODE_ENTRIES = 1000
+_live_codes: dict[str, tuple[float, Campaign]] = {}
+
+
+def live_campaign_of_code(code: str, *, at: datetime) -> Campaign | None:
+    """Return the published, live codes campaign whose shared code is `code` (shared_code_form), or None.
+    Its rules may be up to LIVE_CODE_SECONDS old (a save in another process); read it, never change it."""
+    clock = time.monotonic()
+    hit = _live_codes.get(code)
+    if hit is not None and hit[0] > clock:
+        campaign: Campaign | None = hit[1]
+    else:
+        campaign = Campaign.objects.published().with_shared_code(code, at=at).first()
+        if campaign is not None:
+            if len(_live_codes) >= LIVE_CODE_ENTRIES:
+                _live_codes.clear()
+            _live_codes[code] = (clock + LIVE_CODE_SECONDS, campaign)
+    return campaign if campaign is not None and campaign.state_at(at) == CampaignState.LIVE else None
+
+
+def forget_live_codes() -> None:
+    """Forget the live campaigns of shared codes this process remembers (tests: a rolled-back database)."""
+    _live_codes.clear()
+
+
+@receiver(post_save, sender=Campaign)
+@receiver(post_delete, sender=Campaign)
+def _campaign_saved(**kwargs: object) -> None:
+    forget_live_codes()
 
 
 def campaign_save(campaign: Campaign) -> Campaign:

@@ -36,13 +36,27 @@ def coupon_event_out(coupon: Coupon, event: str, data: dict[str, Any], *, status
     kind = OUT.get(event)
     if kind is None:
         return
+    enqueue(kind, key=f"coupon:{coupon.pk}", campaign_id=coupon.campaign_id,
+            data=coupon_event_payload(coupon, event, data, status=status))
+
+
+def coupon_event_payload(coupon: Coupon, event: str, data: dict[str, Any], *, status: str) -> dict[str, Any]:
+    """The data of a coupon's event's webhook (coupon_id is None for a coupon not written yet)."""
     payload = {"coupon_id": coupon.pk, "code": coupon.code, "campaign_id": coupon.campaign_id,
                "user_id": coupon.user_id, "status": status, "valid_from": jsonable(coupon.valid_from),
                "expires_at": jsonable(coupon.expires_at)}
     payload.update({k: jsonable(v) for k, v in data.items()})
     if event == "hold_lapsed":
         payload["reason"] = "hold_lapsed"
-    enqueue(kind, key=f"coupon:{coupon.pk}", campaign_id=coupon.campaign_id, data=payload)
+    return payload
+
+
+def new_coupon_out_ctes(name: str, event: str, *, source: str, alias: str, data_param: str) -> str:
+    """The outbox CTEs of a statement that writes one new coupon (its id in `alias`.id): its event's webhook
+    whose data is coupon_event_payload's, as the JSON parameter `data_param`, with coupon_id set in SQL."""
+    return outbox_ctes(name, type=OUT[event], source=source, key=f"'coupon:' || {alias}.id",
+                       campaign=f"{alias}.campaign_id",
+                       data=f"jsonb_build_object('coupon_id', {alias}.id) || %({data_param})s::jsonb")
 
 
 def _coupon_json(alias: str, status: str, extra: str) -> str:

@@ -22,12 +22,13 @@ from django.utils import timezone
 from campaigns import pricing, redis_state
 from campaigns.errors import CampaignStateLost
 from campaigns.models import Audience, Campaign, CampaignState, shared_code_form
-from campaigns.services import campaign_preheat
+from campaigns.services import campaign_preheat, live_campaign_of_code
 from core.errors import ApplicationError, NotFound, Unavailable
 from core.locks import AdvisoryLock
+from webhooks.outbox import delivery_trigger
 
 from .codes import new_codes, normalize_code
-from .events_out import coupon_event_out
+from .events_out import coupon_event_out, coupon_event_payload, new_coupon_out_ctes
 from .models import Coupon, CouponEvent, CouponEventType, CouponStatus, UniqueCode
 from .outcomes import UseCode, UseOutcome, done, jsonable, refused
 from .unique_codes import canonical_unique_code, unique_code_lookup
@@ -237,19 +238,22 @@ def _stored_pricing(coupon: Coupon, cart: pricing.Cart) -> pricing.CouponPricing
                                  discount=coupon.discount, lines=lines)
 
 
-def _price_on_order(coupon: Coupon, order: Order, user_id: str, now: datetime) -> tuple[pricing.CouponPricing,
-                                                                                         Decimal]:
+def _price_on_order(coupon: Coupon, order: Order, user_id: str, now: datetime, others: tuple[Coupon, ...] | None
+                    ) -> tuple[pricing.CouponPricing, Decimal]:
     """Price the coupon on the order after the coupons the order already holds or used (this shopper's, held
-    and not lapsed, or redeemed), under the order's lock: (its pricing, the order's payable after it)."""
-    _lock_order(user_id, order.order_id)
+    and not lapsed, or redeemed), under the order's lock: (its pricing, the order's payable after it).
+    `others` given: the order's lock is held and these are those coupons (the first use of a shared code)."""
+    if others is None:
+        _lock_order(user_id, order.order_id)
     cart = order.cart()
     campaign = coupon.campaign
     candidate = campaign.candidate(coupon.code)
     if order.lines is None and campaign.is_scoped:  # a scope is judged on lines: an amount alone has none
         return pricing.CouponPricing(candidate, pricing.NOT_APPLICABLE, Decimal(0)), cart.amount
-    others = (Coupon.objects.select_related("campaign").filter(user_id=user_id, order_id=order.order_id)
-              .filter(Q(status=CouponStatus.REDEEMED) | Q(status=CouponStatus.HELD, hold_until__gt=now))
-              .exclude(pk=coupon.pk).order_by("pk"))
+    if others is None:
+        others = tuple(Coupon.objects.select_related("campaign").filter(user_id=user_id, order_id=order.order_id)
+                       .filter(Q(status=CouponStatus.REDEEMED) | Q(status=CouponStatus.HELD, hold_until__gt=now))
+                       .exclude(pk=coupon.pk).order_by("pk"))
     before = [_stored_pricing(other, cart) for other in others]
     result = pricing.price_coupon(cart, candidate, before=before)
     return result, cart.amount - sum((b.discount for b in before), Decimal(0)) - result.discount
@@ -263,9 +267,10 @@ def shares_of(order: Order, result: pricing.CouponPricing, payable: Decimal) -> 
             "payable": str(payable), "with_lines": order.lines is not None}
 
 
-def _use_checked(coupon: Coupon, order: Order, user_id: str, now: datetime
+def _use_checked(coupon: Coupon, order: Order, user_id: str, now: datetime, others: tuple[Coupon, ...] | None = None
                  ) -> UseOutcome | tuple[pricing.CouponPricing, Decimal]:
-    """Return why an active coupon can't be used for this order, or what it gives the order (pricing, payable)."""
+    """Return why an active coupon can't be used for this order, or what it gives the order (pricing, payable);
+    `others`: as _price_on_order's."""
     if coupon.status == CouponStatus.EXPIRED:
         return refused(UseCode.EXPIRED)
     if coupon.status == CouponStatus.REVOKED:
@@ -275,7 +280,7 @@ def _use_checked(coupon: Coupon, order: Order, user_id: str, now: datetime
     campaign = coupon.campaign
     if order.currency != campaign.currency:
         raise CurrencyMismatch(f"This coupon is in {campaign.currency}; the order is in {order.currency}.")
-    priced, payable = _price_on_order(coupon, order, user_id, now)
+    priced, payable = _price_on_order(coupon, order, user_id, now, others)
     if not priced.applicable:
         return refused(_PRICING_REFUSALS[priced.status])
     if campaign.audience == Audience.NEW:
@@ -322,20 +327,45 @@ def coupon_redeem(*, user_id: str, code: str, order: Order, source: str = "api")
             return refused(UseCode.ALREADY_REDEEMED)  # another order, or this order at another amount
         if coupon.status == CouponStatus.HELD and coupon.order_id != order.order_id:
             return refused(UseCode.ON_HOLD)
-        checked = _use_checked(coupon, order, user_id, now)
+        change = redeem_change(coupon, now)
+        if isinstance(change, UseOutcome):
+            return change
+        if not _transition(coupon, source=source, **change.arguments()):
+            return None
+        return _redeemed(coupon)
+
+    def redeem_change(coupon: Coupon, now: datetime, others: tuple[Coupon, ...] | None = None) -> UseOutcome | Change:
+        checked = _use_checked(coupon, order, user_id, now, others)
         if isinstance(checked, UseOutcome):
             return checked
         priced, payable = checked
         shares = shares_of(order, priced, payable)
         data = {"order_id": order.order_id, "order_amount": order.amount, "currency": order.currency,
                 "discount": priced.discount, "payable": payable, **_lines_data(order, shares)}
-        if not _transition(coupon, to=CouponStatus.REDEEMED, event=CouponEventType.REDEEMED, source=source,
-                           data=data, order_id=order.order_id, order_amount=order.amount,
-                           discount=priced.discount, shares=shares, hold_until=None, redeemed_at=now):
-            return None
-        return _redeemed(coupon)
+        return Change(to=CouponStatus.REDEEMED, event=CouponEventType.REDEEMED, data=data, fields={
+            "order_id": order.order_id, "order_amount": order.amount, "discount": priced.discount, "shares": shares,
+            "hold_until": None, "redeemed_at": now})
 
-    return _code_used(code, user_id, order.order_id, decide, new_use=order, source=source)
+    return _code_used(code, user_id, order.order_id, decide, new_use=order, first_use=(redeem_change, _redeemed),
+                      source=source)
+
+
+@dataclass(frozen=True)
+class Change:
+    """What a use does to an active (or held) coupon whose checks passed: _transition's arguments."""
+
+    to: str
+    event: str
+    data: dict[str, Any]
+    fields: dict[str, Any]
+
+    def arguments(self) -> dict[str, Any]:
+        return {"to": self.to, "event": self.event, "data": self.data, **self.fields}
+
+
+# A use's checks and change (redeem_change, reserve_change: `others` as _price_on_order's), and its answer.
+Plan = Callable[[Coupon, datetime, "tuple[Coupon, ...] | None"], "UseOutcome | Change"]
+FirstUse = tuple[Plan, Callable[[Coupon], UseOutcome]]
 
 
 def _lines_data(order: Order, shares: dict[str, Any]) -> dict[str, Any]:
@@ -363,7 +393,15 @@ def coupon_reserve(
             # This order's amount changed at checkout: hold again at the new price (checks run again).
         if coupon.status == CouponStatus.REDEEMED:
             return refused(UseCode.ALREADY_REDEEMED)
-        checked = _use_checked(coupon, order, user_id, now)
+        change = reserve_change(coupon, now)
+        if isinstance(change, UseOutcome):
+            return change
+        if not _transition(coupon, source=source, **change.arguments()):
+            return None
+        return _reserved(coupon)
+
+    def reserve_change(coupon: Coupon, now: datetime, others: tuple[Coupon, ...] | None = None) -> UseOutcome | Change:
+        checked = _use_checked(coupon, order, user_id, now, others)
         if isinstance(checked, UseOutcome):
             return checked
         priced, payable = checked
@@ -371,13 +409,12 @@ def coupon_reserve(
         hold_until = (now + timedelta(seconds=hold_seconds)).replace(microsecond=0)
         data = {"order_id": order.order_id, "order_amount": order.amount, "currency": order.currency,
                 "discount": priced.discount, "hold_until": hold_until, **_lines_data(order, shares)}
-        if not _transition(coupon, to=CouponStatus.HELD, event=CouponEventType.RESERVED, source=source, data=data,
-                           order_id=order.order_id, order_amount=order.amount, discount=priced.discount,
-                           shares=shares, hold_until=hold_until):
-            return None
-        return _reserved(coupon)
+        return Change(to=CouponStatus.HELD, event=CouponEventType.RESERVED, data=data, fields={
+            "order_id": order.order_id, "order_amount": order.amount, "discount": priced.discount, "shares": shares,
+            "hold_until": hold_until})
 
-    return _code_used(code, user_id, order.order_id, decide, new_use=order, source=source)
+    return _code_used(code, user_id, order.order_id, decide, new_use=order, first_use=(reserve_change, _reserved),
+                      source=source)
 
 
 def _reserved(coupon: Coupon) -> UseOutcome:
@@ -462,25 +499,31 @@ class _Undone(Exception):
 
 
 def _code_used(code: str, user_id: str, order_id: str, decide: Decide, *, new_use: Order | None = None,
-               absent: UseOutcome | None = None, source: str) -> UseOutcome:
+               first_use: FirstUse | None = None, absent: UseOutcome | None = None, source: str) -> UseOutcome:
     """Decide on the coupon `code` (canonical, typed_code_form) stands for, for this shopper and order:
     (a) the shopper's own coupon with that code (claimed, or a unique code the shopper holds);
     (b) a shared code of a live codes campaign: the shopper's coupon for this order's use of it, created
         (its use taken) by a reserve or redeem (`new_use`); `absent` answers a confirm or release without one;
     (c) a unique code nobody holds yet, of a live codes campaign: bound to this shopper by a reserve or redeem.
-    Anything else, another shopper's unique code and a code of a campaign not live, is NotFound."""
+    Anything else, another shopper's unique code and a code of a campaign not live, is NotFound.
+    A reserve or redeem of a live shared code tries _first_shared_use first (the order's first use of it)."""
     canonical = typed_code_form(code)
     if canonical is None:
         raise NotFound("No such coupon.")
     code = canonical
+    shared = shared_code_form(code)
+    if shared is not None and new_use is not None and first_use is not None:
+        campaign = live_campaign_of_code(shared, at=timezone.now())
+        if campaign is not None:
+            outcome = _first_shared_use(campaign, code, user_id, new_use, first_use, source=source)
+            if outcome is not None:
+                return outcome
     own = Coupon.objects.filter(code=code, user_id=user_id).values_list("pk", flat=True).first()
     if own is not None:
         return _retrying(lambda: Coupon.objects.select_related("campaign").get(pk=own), decide)
     now = timezone.now()
-    shared = shared_code_form(code)
     if shared is not None:
-        campaign = (Campaign.objects.published().with_shared_code(shared, at=now)
-                    .filter(starts_at__lte=now, paused=False).first())
+        campaign = live_campaign_of_code(shared, at=now)
         if campaign is not None:
             return _shared_use(campaign, user_id, order_id, decide, new_use=new_use, absent=absent, source=source)
     unique = unique_code_lookup(code)
@@ -572,6 +615,111 @@ def _shared_use(campaign: Campaign, user_id: str, order_id: str, decide: Decide,
             _give_back_after_failure(taken)
             raise
     raise Contention()
+
+
+_COUPON, _EVENT = Coupon._meta.db_table, CouponEvent._meta.db_table
+
+# The first use's locks, in _shared_use's order (the use's, then the order's), and whether the shopper owns a
+# coupon of that code (then path (a) decides, not this one).
+_FIRST_USE_LOCKS = f"""SELECT pg_advisory_xact_lock(%s, hashtext(%s)), pg_advisory_xact_lock(%s, hashtext(%s)),
+       EXISTS (SELECT 1 FROM {_COUPON} WHERE code = %s AND user_id = %s)"""
+
+
+def _first_use_sql(event: str) -> str:
+    """The first use's coupon in its state after `event`, its issued event and `event`, their webhooks: one
+    statement, which writes nothing when the order holds or used another coupon (read after the order's lock:
+    the order's other coupons then change the pricing) or when the use's coupon exists (claim id taken)."""
+    status = {"redeemed": "redeemed", "reserved": "held"}[event]  # the coupon's status after the event
+    return f"""WITH c AS (
+    INSERT INTO {_COUPON} (code, campaign_id, user_id, claim_id, status, valid_from, expires_at, order_id,
+                           hold_until, order_amount, discount, shares, redeemed_at, version, created_at, updated_at)
+    SELECT %(code)s, %(campaign)s, %(user)s, %(claim)s, '{status}', %(valid_from)s, %(expires_at)s, %(order)s,
+           %(hold_until)s, %(order_amount)s, %(discount)s, %(shares)s::jsonb, %(redeemed_at)s, 2, %(issued_at)s,
+           %(used_at)s
+    WHERE NOT EXISTS (SELECT 1 FROM {_COUPON} o WHERE o.user_id = %(user)s AND o.order_id = %(order)s
+                      AND (o.status = 'redeemed' OR o.status = 'held' AND o.hold_until > %(now)s))
+    ON CONFLICT DO NOTHING
+    RETURNING id, campaign_id
+), events AS (
+    INSERT INTO {_EVENT} (coupon_id, campaign_id, type, data, source, created_at)
+    SELECT c.id, c.campaign_id, v.type, v.data::jsonb, %(source)s, v.at
+    FROM c, (VALUES (1, 'issued', %(issued)s, %(issued_at)s::timestamptz),
+                    (2, '{event}', %(used)s, %(used_at)s::timestamptz)) AS v (n, type, data, at)
+    ORDER BY v.n
+){new_coupon_out_ctes("issued_out", "issued", source="c", alias="c", data_param="issued_out")}{
+        new_coupon_out_ctes("used_out", event, source="c", alias="c", data_param="used_out")}
+SELECT c.id, (SELECT count(*) FROM issued_out) + (SELECT count(*) FROM used_out) FROM c"""
+
+
+_FIRST_USE_SQL: dict[str, str] = {event: _first_use_sql(event) for event in ("redeemed", "reserved")}
+
+
+def _first_shared_use(campaign: Campaign, code: str, user_id: str, order: Order, first_use: FirstUse, *,
+                      source: str) -> UseOutcome | None:
+    """The order's first use of a live shared code, in few round trips: the locks (one statement), the same
+    checks as every use (`first_use`'s plan, on an order that holds no other coupon), the coupon written in its
+    final state with both events and their webhooks (one statement), the take in Redis, the commit. Return
+    None when this is not the order's first use or it would not pass (an own coupon of that code, another
+    coupon on the order, a use of the code for it already, a refusal of the checks): _shared_use decides."""
+    plan, answer = first_use
+    prefix = _use_prefix(campaign.pk, user_id, order.order_id)
+    taken: Coupon | None = None
+    try:
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                cursor.execute(_FIRST_USE_LOCKS, [AdvisoryLock.CODE_USE, prefix, AdvisoryLock.ORDER_COUPONS,
+                                                  f"{user_id}\n{order.order_id}", code, user_id])
+                row = cursor.fetchone()
+                if row is None or row[2]:
+                    return None
+                now = timezone.now()
+                valid_from, expires_at = campaign.coupon_validity(now)
+                coupon = Coupon(code=new_codes(1)[0], campaign=campaign, user_id=user_id, claim_id=f"{prefix}0",
+                                valid_from=valid_from, expires_at=expires_at)
+                try:
+                    change = plan(coupon, now, ())
+                except ApplicationError:
+                    return None  # e.g. another currency: answered as the general path does
+                if isinstance(change, UseOutcome):
+                    return None
+                fields = {"hold_until": None, "redeemed_at": None, **change.fields}
+                issued_data = {"code": campaign.code, "order_id": order.order_id}
+                cursor.execute(_FIRST_USE_SQL[change.event], {
+                    "code": coupon.code, "campaign": campaign.pk, "user": user_id, "claim": coupon.claim_id,
+                    "valid_from": valid_from, "expires_at": expires_at, "order": order.order_id,
+                    "hold_until": fields["hold_until"], "order_amount": fields["order_amount"],
+                    "discount": fields["discount"], "shares": json.dumps(fields["shares"]),
+                    "redeemed_at": fields["redeemed_at"], "issued_at": now, "used_at": timezone.now(), "now": now,
+                    "source": source, "issued": json.dumps(issued_data),
+                    "used": json.dumps({k: jsonable(v) for k, v in change.data.items()}),
+                    "issued_out": json.dumps(_out_data(coupon, "issued", {"shared_code": campaign.code,
+                                                                           "order_id": order.order_id}, "active")),
+                    "used_out": json.dumps(_out_data(coupon, change.event, change.data, change.to)),
+                })
+                row = cursor.fetchone()
+            if row is None:
+                return None
+            coupon.pk, coupon.status, coupon.version = row[0], change.to, 2
+            for name, value in fields.items():
+                setattr(coupon, name, value)
+            if row[1]:
+                transaction.on_commit(delivery_trigger.request)
+            refusal = _take(campaign, coupon)
+            if refusal is not None:
+                raise _Undone(refusal)
+            taken = coupon
+            return answer(coupon)
+    except _Undone as undone:
+        return undone.outcome  # sold out or the shopper's limit: the coupon is rolled back, nothing was taken
+    except BaseException:
+        _give_back_after_failure(taken)
+        raise
+
+
+def _out_data(coupon: Coupon, event: str, data: dict[str, Any], status: str) -> dict[str, Any]:
+    payload = coupon_event_payload(coupon, event, data, status=status)
+    del payload["coupon_id"]  # set in SQL
+    return payload
 
 
 def _take(campaign: Campaign, coupon: Coupon) -> UseOutcome | None:

@@ -21,7 +21,7 @@ from django.db import connections
 
 from campaigns.models import Campaign
 from campaigns.redis_state import redis_client, reset_redis_client
-from campaigns.services import campaign_preheat
+from campaigns.services import campaign_preheat, forget_live_codes
 from core.auth import mint_token
 from devstack import STATIC_ROOT, resolve, web_command
 from orders.claim import forget_campaign_facts
@@ -36,6 +36,7 @@ def clean_redis() -> Iterator[None]:
     """Start every test with an empty Redis database of its own (settings.test keeps it apart)."""
     reset_redis_client()
     forget_campaign_facts()
+    forget_live_codes()
     redis_client().flushdb()
     yield
     reset_redis_client()

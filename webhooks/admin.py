@@ -21,6 +21,9 @@ from .services import event_types_of, new_secret
 
 
 class EndpointForm(forms.ModelForm):
+    # A URL typed without a scheme is taken as https (Django 6's default; 5.2 warns without assume_scheme).
+    url = forms.URLField(max_length=500, assume_scheme="https",
+                         help_text=WebhookEndpoint._meta.get_field("url").help_text)
     event_types = forms.MultipleChoiceField(choices=EventType.choices, widget=forms.CheckboxSelectMultiple,
                                             required=False, help_text="None ticked: every type.")
 

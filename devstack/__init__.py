@@ -619,7 +619,8 @@ def wait_healthy(url: str) -> bool:
 
 # The translation catalogs (locale/*/LC_MESSAGES/*.po, committed) compiled to .mo (git-ignored) by Debian's
 # gettext (msgfmt). Without it the console stays English: a warning, not a failure.
-COMPILEMESSAGES = [sys.executable, "manage.py", "compilemessages", "-v", "0", "--ignore", "var/*", "--ignore", ".venv/*"]
+COMPILEMESSAGES = [sys.executable, "manage.py", "compilemessages", "-v", "0", "--ignore", "var/*",
+                   "--ignore", ".venv/*"]
 NO_GETTEXT = "WARNING: msgfmt is missing (apt-get install gettext): the console's translations are not compiled"
 
 

@@ -139,13 +139,13 @@ class Campaign(models.Model):
         verbose_name=_("audience"))
 
     # Scope and stacking (issue 20): the names campaigns.pricing.CouponRule gives them; coupon_rule() adapts.
-    include_categories = _scope_list("Categories whose lines the coupon covers, comma-separated (with the SKUs "
-                                     "included: either lists a line). Empty, and no SKUs included: every line.",
-                                         verbose_name=_("include categories"))
-    exclude_categories = _scope_list("Categories never covered, comma-separated (an exclude always wins).",
-        verbose_name=_("exclude categories"))
-    include_skus = _scope_list("SKUs the coupon covers, comma-separated.", verbose_name=_("include skus"))
-    exclude_skus = _scope_list("SKUs never covered, comma-separated.", verbose_name=_("exclude skus"))
+    include_categories = _scope_list(_("Categories whose lines the coupon covers, comma-separated (with the SKUs "
+                                       "included: either lists a line). Empty, and no SKUs included: every line."),
+                                     verbose_name=_("include categories"))
+    exclude_categories = _scope_list(_("Categories never covered, comma-separated (an exclude always wins)."),
+                                     verbose_name=_("exclude categories"))
+    include_skus = _scope_list(_("SKUs the coupon covers, comma-separated."), verbose_name=_("include SKUs"))
+    exclude_skus = _scope_list(_("SKUs never covered, comma-separated."), verbose_name=_("exclude SKUs"))
     min_quantity = models.PositiveIntegerField(
         default=0, blank=True, help_text=_("Items of covered lines the cart must hold (0: no minimum)."),
             verbose_name=_("min quantity"))

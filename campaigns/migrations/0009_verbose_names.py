@@ -70,7 +70,7 @@ class Migration(migrations.Migration):
         migrations.AlterField(
             model_name='campaign',
             name='exclude_skus',
-            field=django.contrib.postgres.fields.ArrayField(base_field=models.CharField(max_length=64), blank=True, default=list, help_text='SKUs never covered, comma-separated.', size=None, verbose_name='exclude skus'),
+            field=django.contrib.postgres.fields.ArrayField(base_field=models.CharField(max_length=64), blank=True, default=list, help_text='SKUs never covered, comma-separated.', size=None, verbose_name='exclude SKUs'),
         ),
         migrations.AlterField(
             model_name='campaign',
@@ -85,7 +85,7 @@ class Migration(migrations.Migration):
         migrations.AlterField(
             model_name='campaign',
             name='include_skus',
-            field=django.contrib.postgres.fields.ArrayField(base_field=models.CharField(max_length=64), blank=True, default=list, help_text='SKUs the coupon covers, comma-separated.', size=None, verbose_name='include skus'),
+            field=django.contrib.postgres.fields.ArrayField(base_field=models.CharField(max_length=64), blank=True, default=list, help_text='SKUs the coupon covers, comma-separated.', size=None, verbose_name='include SKUs'),
         ),
         migrations.AlterField(
             model_name='campaign',

@@ -15,8 +15,12 @@ COPY pyproject.toml ./
 RUN pip install '.[otel,flower]'
 
 COPY . .
-# Static files are collected at build time; collectstatic needs neither a database nor the secrets.
-RUN DJANGO_SETTINGS_MODULE=config.settings.base python manage.py collectstatic --noinput -v 0 \
+# Static files are collected and the translation catalogs (locale/, docs/glossary.md) compiled at build time;
+# neither needs a database nor the secrets. gettext (msgfmt) is only needed for that step.
+RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends gettext >/dev/null \
+    && DJANGO_SETTINGS_MODULE=config.settings.base python manage.py compilemessages -v 0 --ignore 'var/*' \
+    && apt-get purge -y -qq gettext >/dev/null && apt-get autoremove -y -qq >/dev/null && rm -rf /var/lib/apt/lists/* \
+    && DJANGO_SETTINGS_MODULE=config.settings.base python manage.py collectstatic --noinput -v 0 \
     && useradd --system --no-create-home --shell /usr/sbin/nologin app
 
 USER app

@@ -12,12 +12,13 @@ ARGS ?=
 # This machine's pip configuration points at local mirrors that print one harmless line per package.
 PIP_NOISE := WARNING: Location '.*' is ignored|^Looking in indexes|^Looking in links
 
-.PHONY: help run test lint .venv clean-venv
+.PHONY: help run test lint messages .venv clean-venv
 
 help:
 	@echo "make run    start PostgreSQL, Valkey, web, worker and beat (embedded servers unless DATABASE_URL/REDIS_URL)"
 	@echo "make test   run the test suite (extra pytest arguments: make test ARGS=\"-k claim\")"
 	@echo "make lint   ruff check + mypy"
+	@echo "make messages  refresh the translation catalogs (locale/*/LC_MESSAGES/*.po) from the marked strings"
 	@echo "make bench  the benchmark suite (~8 min; embedded servers unless DATABASE_URL/REDIS_URL; ARGS=\"--quick\")"
 
 run: $(STAMP)
@@ -39,6 +40,15 @@ bench: $(STAMP)
 	@test -x $(VENV)/bin/py-spy -a -x $(VENV)/bin/granian || { PYTHONWARNINGS=ignore $(PY) -m pip install -q -e '.[bench]' 2>&1 \
 	  | { grep -Ev "$(PIP_NOISE)" || true; }; }
 	$(PY) bench/suite.py $(ARGS)
+
+# The translation catalogs (docs/glossary.md): makemessages rewrites locale/<lang>/LC_MESSAGES/django.po and
+# djangojs.po from the strings marked in the code, templates and static/storefront/app.js; translate the new
+# msgids in zh_Hans, commit the .po. The .mo are compiled by `make run` / `make test` (devstack) and the image.
+# Needs Debian's gettext (apt-get install gettext).
+MESSAGES_ARGS := -l en -l zh_Hans --no-location --ignore 'var/*' --ignore 'tests/*' --ignore 'bench/*' --ignore 'docs/*'
+messages: $(STAMP)
+	DJANGO_SETTINGS_MODULE=config.settings.base $(PY) manage.py makemessages $(MESSAGES_ARGS)
+	DJANGO_SETTINGS_MODULE=config.settings.base $(PY) manage.py makemessages -d djangojs $(MESSAGES_ARGS)
 
 .venv: $(STAMP)
 

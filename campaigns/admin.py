@@ -13,8 +13,10 @@ from django.http import Http404, HttpRequest
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
 from core.errors import ApplicationError
+from core.i18n import StrOrPromise
 from coupons.admin import generate_unique_codes, import_unique_codes
 from coupons.extension import check_days, validity_extension_apply, validity_extension_begin
 from orders import ledger
@@ -48,10 +50,10 @@ LIVE_LOCKED = ["kind", "code",
 
 
 class StateFilter(admin.SimpleListFilter):
-    title = "status"
+    title = _("status")
     parameter_name = "state"
 
-    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, StrOrPromise]]:
         return [(s.value, s.label) for s in CampaignState]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Campaign]) -> QuerySet[Campaign]:
@@ -75,7 +77,7 @@ class CartPreviewForm(forms.Form):
 
     lines = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 8, "cols": 60, "placeholder": "TEA-1,tea,2,120.00\nCUP-9,,1,60.00"}),
-        help_text="One line per row: sku,category,quantity,unit_price (category may be left empty); at most 100.")
+        help_text=_("One line per row: sku,category,quantity,unit_price (category may be left empty); at most 100."))
 
     def __init__(self, *args: Any, currency: str, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -85,36 +87,39 @@ class CartPreviewForm(forms.Form):
         data = super().clean() or {}
         rows = [row.strip() for row in data.get("lines", "").splitlines() if row.strip()]
         if not 1 <= len(rows) <= 100:
-            raise forms.ValidationError("Give 1 to 100 lines.")
+            raise forms.ValidationError(_("Give 1 to 100 lines."))
         lines = []
         for number, row in enumerate(rows, 1):
             parts = [part.strip() for part in row.split(",")]
             if len(parts) != 4:
-                raise forms.ValidationError(f"Line {number}: sku,category,quantity,unit_price (4 fields).")
+                raise forms.ValidationError(_("Line %(number)s: sku,category,quantity,unit_price (4 fields).")
+                                            % {"number": number})
             sku, category, quantity, price = parts
             if not SCOPE_NAME_RE.fullmatch(sku) or (category and not SCOPE_NAME_RE.fullmatch(category)):
-                raise forms.ValidationError(f"Line {number}: a sku or category is 1-64 of A-Z a-z 0-9 _ . : / -")
+                raise forms.ValidationError(_("Line %(number)s: a sku or category is 1-64 of A-Z a-z 0-9 _ . : / -")
+                                            % {"number": number})
             try:
                 line = pricing.CartLine(sku=sku, quantity=int(quantity), unit_price=Decimal(price),
                                         category=category or None)
                 lines.append(line)
                 pricing.Cart(currency=self.currency, lines=(line,))
             except (ValueError, InvalidOperation) as exc:
-                raise forms.ValidationError(f"Line {number}: {exc}") from exc
+                raise forms.ValidationError(_("Line %(number)s: %(error)s") % {"number": number, "error": exc}) from exc
         data["cart"] = pricing.Cart(currency=self.currency, lines=tuple(lines))
         return data
 
 
 class RestockForm(forms.Form):
-    quantity = forms.IntegerField(label="Coupons to add", min_value=1, max_value=MAX_STOCK_ADDED,
-                                  help_text=f"1 to {MAX_STOCK_ADDED:,}: added to the total and to the live stock.")
+    quantity = forms.IntegerField(label=_("Coupons to add"), min_value=1, max_value=MAX_STOCK_ADDED,
+                                  help_text=_("1 to %(most)s: added to the total and to the live stock.")
+                                  % {"most": f"{MAX_STOCK_ADDED:,}"})
 
 
 class ExtendEndForm(forms.Form):
     """The intermediate page of "Extend end…": the new end, in the operator's zone."""
 
     new_end = forms.DateTimeField(
-        label="New end",
+        label=_("New end"),
         widget=forms.DateTimeInput(attrs={"type": "datetime-local", "step": 1}, format="%Y-%m-%dT%H:%M:%S"),
     )
 
@@ -122,14 +127,14 @@ class ExtendEndForm(forms.Form):
         super().__init__(*args, **kwargs)
         zone = timezone.get_current_timezone_name()
         self.fields["new_end"].help_text = (
-            f"In the operator's zone ({zone}); later than the current end, within 365 days."
+            _("In the operator's zone (%(zone)s); later than the current end, within 365 days.") % {"zone": zone}
         )
 
 
 class ExtendValidityForm(forms.Form):
     """The intermediate page of "Extend coupon validity…": whole days, and a token so a resent form extends once."""
 
-    days = forms.IntegerField(label="Days to add", help_text="Whole days, 1 to 365.")
+    days = forms.IntegerField(label=_("Days to add"), help_text=_("Whole days, 1 to 365."))
     token = forms.CharField(widget=forms.HiddenInput)
 
     def clean_days(self) -> int:
@@ -152,19 +157,19 @@ class CampaignAdmin(CampaignReportMixin):
     fieldsets = [
         (None, {"fields": ["name", "kind", "code", "starts_at", "ends_at", "total_stock", "per_user_limit",
                            "rate_limit", "paused"],
-                "description": "A codes campaign's stock is its shared code's total uses and its per-user limit "
+                "description": _("A codes campaign's stock is its shared code's total uses and its per-user limit "
                                "the uses per shopper (without a shared code: unique codes, generated or "
-                               "imported)."}),
-        ("Coupon rule", {"fields": ["discount_type", "discount_value", "max_discount", "min_spend", "currency",
+                               "imported).")}),
+        (_("Coupon rule"), {"fields": ["discount_type", "discount_value", "max_discount", "min_spend", "currency",
                                     "valid_from", "valid_until", "valid_days", "audience"]}),
-        ("Scope and stacking", {
+        (_("Scope and stacking"), {
             "fields": ["include_categories", "include_skus", "exclude_categories", "exclude_skus", "min_quantity",
                        "exclusive", "combinable_with", "order_cap"],
-            "description": "Which cart lines the coupon covers (no include list: every line; an exclude always "
+            "description": _("Which cart lines the coupon covers (no include list: every line; an exclude always "
                            "wins), the minimum quantity and spend judged on those lines, and which coupons may "
                            "share an order with it. \"Preview on a cart\" (top right, once saved) shows what the "
-                           "rule gives a cart you paste."}),
-        ("Lifecycle", {"fields": ["published_at", "preheated_at", "created_at", "updated_at"]}),
+                           "rule gives a cart you paste.")}),
+        (_("Lifecycle"), {"fields": ["published_at", "preheated_at", "created_at", "updated_at"]}),
     ]
 
     def get_urls(self) -> list[URLPattern]:
@@ -210,11 +215,11 @@ class CampaignAdmin(CampaignReportMixin):
         self._reconciled = latest_reconciliations(ids)
         return changelist
 
-    @admin.display(description="status")
-    def state_display(self, campaign: Campaign) -> str:
+    @admin.display(description=_("status"))
+    def state_display(self, campaign: Campaign) -> StrOrPromise:
         return campaign.state.label
 
-    @admin.display(description="window (operator's zone)", ordering="starts_at")
+    @admin.display(description=_("window (operator's zone)"), ordering="starts_at")
     def window(self, campaign: Campaign) -> str:
         start, end = timezone.localtime(campaign.starts_at), timezone.localtime(campaign.ends_at)
         end_format = "%H:%M" if start.date() == end.date() else "%Y-%m-%d %H:%M"
@@ -226,16 +231,16 @@ class CampaignAdmin(CampaignReportMixin):
             return False
         return super().has_delete_permission(request, obj)
 
-    @admin.display(description="remaining (live)")
+    @admin.display(description=_("remaining (live)"))
     def remaining_display(self, campaign: Campaign) -> str:
         value = getattr(self, "_remaining", {}).get(campaign.pk)
         return "-" if value is None else str(value)
 
-    @admin.display(description="claims issued")
+    @admin.display(description=_("claims issued"))
     def claims_issued(self, campaign: Campaign) -> int:
         return getattr(self, "_issued", {}).get(campaign.pk, 0)
 
-    @admin.display(description="drift")
+    @admin.display(description=_("drift"))
     def drift_flag(self, campaign: Campaign) -> str:
         record = getattr(self, "_reconciled", {}).get(campaign.pk)
         if record is None:
@@ -269,7 +274,10 @@ class CampaignAdmin(CampaignReportMixin):
                                   now_remaining=remaining),
         }
 
-    def _each(self, request: HttpRequest, queryset: QuerySet[Campaign], service, verb: str) -> None:  # type: ignore[no-untyped-def]
+    def _each(self, request: HttpRequest, queryset: QuerySet[Campaign], service, verb: str,  # type: ignore[no-untyped-def]
+              done_message: StrOrPromise, values: dict[str, object] | None = None) -> None:
+        """Call the service for each campaign; `verb` goes to the (English) audit log, `done_message` (with
+        %(count)s, in the operator's language) to the page."""
         done = 0
         for campaign in queryset.order_by("pk"):
             try:
@@ -279,32 +287,35 @@ class CampaignAdmin(CampaignReportMixin):
             except ApplicationError as exc:
                 self.message_user(request, f"{campaign}: {exc.message}", messages.ERROR)
         if done:
-            self.message_user(request, f"{verb} {done} campaign(s).", messages.SUCCESS)
+            self.message_user(request, done_message % {"count": done, **(values or {})}, messages.SUCCESS)
 
-    def _confirmed(self, request: HttpRequest, queryset: QuerySet[Campaign], *, action: str, title: str,
-                   submit: str, service, verb: str) -> TemplateResponse | None:  # type: ignore[no-untyped-def]
+    def _confirmed(self, request: HttpRequest, queryset: QuerySet[Campaign], *, action: str, title: StrOrPromise,
+                   submit: StrOrPromise, service, verb: str, done_message: StrOrPromise) -> TemplateResponse | None:  # type: ignore[no-untyped-def]
         """Show a confirmation page first; on confirmation, call the service for each campaign."""
         if "apply" in request.POST:
-            self._each(request, queryset, service, verb)
+            self._each(request, queryset, service, verb, done_message)
             return None
         return self._extension_page(request, queryset, forms.Form(), action=action, title=title, submit=submit)
 
-    @admin.action(description="Publish (load into Redis)…", permissions=["change"])
+    @admin.action(description=_("Publish (load into Redis)…"), permissions=["change"])
     def publish(self, request: HttpRequest, queryset: QuerySet[Campaign]) -> TemplateResponse | None:
-        return self._confirmed(request, queryset, action="publish", title="Publish: load into Redis and open",
-                               submit="Publish", service=campaign_publish, verb="Published")
+        return self._confirmed(request, queryset, action="publish", title=_("Publish: load into Redis and open"),
+                               submit=_("Publish"), service=campaign_publish, verb="Published",
+                               done_message=_("Published %(count)s campaign(s)."))
 
-    @admin.action(description="Pause…", permissions=["change"])
+    @admin.action(description=_("Pause…"), permissions=["change"])
     def pause(self, request: HttpRequest, queryset: QuerySet[Campaign]) -> TemplateResponse | None:
-        return self._confirmed(request, queryset, action="pause", title="Pause: claims answer 'paused'",
-                               submit="Pause", service=campaign_pause, verb="Paused")
+        return self._confirmed(request, queryset, action="pause", title=_("Pause: claims answer 'paused'"),
+                               submit=_("Pause"), service=campaign_pause, verb="Paused",
+                               done_message=_("Paused %(count)s campaign(s)."))
 
-    @admin.action(description="Resume…", permissions=["change"])
+    @admin.action(description=_("Resume…"), permissions=["change"])
     def resume(self, request: HttpRequest, queryset: QuerySet[Campaign]) -> TemplateResponse | None:
-        return self._confirmed(request, queryset, action="resume", title="Resume claims",
-                               submit="Resume", service=campaign_resume, verb="Resumed")
+        return self._confirmed(request, queryset, action="resume", title=_("Resume claims"),
+                               submit=_("Resume"), service=campaign_resume, verb="Resumed",
+                               done_message=_("Resumed %(count)s campaign(s)."))
 
-    @admin.action(description="Restock N…", permissions=["change"])
+    @admin.action(description=_("Restock N…"), permissions=["change"])
     def restock(self, request: HttpRequest, queryset: QuerySet[Campaign]) -> TemplateResponse | None:
         """Add N coupons: the total in PostgreSQL and the live stock in Redis grow together."""
         if "apply" in request.POST:
@@ -314,28 +325,31 @@ class CampaignAdmin(CampaignReportMixin):
                 self._each(request, queryset,
                            lambda campaign, actor: campaign_add_stock(campaign=campaign, quantity=quantity,
                                                                       actor=actor),
-                           f"Added {quantity} coupon(s) to")
+                           f"Added {quantity} coupon(s) to",
+                           _("Added %(quantity)s coupon(s) to %(count)s campaign(s)."), {"quantity": quantity})
                 return None
         else:
             form = RestockForm()
-        return self._extension_page(request, queryset, form, action="restock", title="Add coupons to the stock",
-                                    submit="Restock")
+        return self._extension_page(request, queryset, form, action="restock", title=_("Add coupons to the stock"),
+                                    submit=_("Restock"))
 
-    @admin.action(description="Reconcile now…", permissions=["change"])
+    @admin.action(description=_("Reconcile now…"), permissions=["change"])
     def reconcile_now(self, request: HttpRequest, queryset: QuerySet[Campaign]) -> TemplateResponse | None:
         """Compare Redis with PostgreSQL now and repair what is safe (the beat job's work, on demand)."""
         if "apply" not in request.POST:
             return self._extension_page(request, queryset, forms.Form(), action="reconcile_now",
-                                        title="Reconcile: compare Redis with PostgreSQL, repair the safe drift",
-                                        submit="Reconcile")
+                                        title=_("Reconcile: compare Redis with PostgreSQL, repair the safe drift"),
+                                        submit=_("Reconcile"))
         for campaign in queryset.order_by("pk"):
             try:
                 record = campaign_reconcile(campaign=campaign, repair=True, source="admin")
             except (ApplicationError, StoreUnavailable) as exc:
-                self.message_user(request, f"{campaign}: Redis unavailable ({exc})", messages.ERROR)
+                self.message_user(request, _("%(campaign)s: Redis unavailable (%(error)s)")
+                                  % {"campaign": campaign, "error": exc}, messages.ERROR)
                 continue
             if record is None:
-                self.message_user(request, f"{campaign}: a reconciliation is already running", messages.WARNING)
+                self.message_user(request, _("%(campaign)s: a reconciliation is already running")
+                                  % {"campaign": campaign}, messages.WARNING)
                 continue
             summary = "balanced" if record.balanced else "DRIFT: " + "; ".join(record.problems)
             repairs = f" Repaired: {'; '.join(record.repairs)}." if record.repairs else ""
@@ -345,7 +359,8 @@ class CampaignAdmin(CampaignReportMixin):
         return None
 
     def _extension_page(  # type: ignore[no-untyped-def]
-        self, request: HttpRequest, queryset: QuerySet[Campaign], form, *, action: str, title: str, submit: str
+        self, request: HttpRequest, queryset: QuerySet[Campaign], form, *, action: str, title: StrOrPromise,
+        submit: StrOrPromise,
     ) -> TemplateResponse:
         context = {
             **self.admin_site.each_context(request),
@@ -359,7 +374,7 @@ class CampaignAdmin(CampaignReportMixin):
         }
         return TemplateResponse(request, "admin/campaigns/extension_form.html", context)
 
-    @admin.action(description="Extend end…", permissions=["change"])
+    @admin.action(description=_("Extend end…"), permissions=["change"])
     def extend_end(self, request: HttpRequest, queryset: QuerySet[Campaign]) -> TemplateResponse | None:
         """Ask for the new end (operator's zone), then move it in PostgreSQL and Redis (campaign_extend_end)."""
         if "apply" in request.POST:
@@ -383,8 +398,9 @@ class CampaignAdmin(CampaignReportMixin):
                 if done:
                     for error in errors:
                         self.message_user(request, error, messages.ERROR)
-                    self.message_user(request, f"Extended the end of {done} campaign(s) to "
-                                               f"{operator_time(form.cleaned_data['new_end'])}.", messages.SUCCESS)
+                    self.message_user(request, _("Extended the end of %(count)s campaign(s) to %(end)s.")
+                                      % {"count": done, "end": operator_time(form.cleaned_data["new_end"])},
+                                      messages.SUCCESS)
                     return None
                 for error in errors:  # nothing changed: show the page again with what to correct
                     form.add_error(None, error)
@@ -392,10 +408,10 @@ class CampaignAdmin(CampaignReportMixin):
             campaigns = list(queryset)
             initial = {"new_end": campaigns[0].ends_at} if len(campaigns) == 1 else {}
             form = ExtendEndForm(initial=initial)
-        return self._extension_page(request, queryset, form, action="extend_end", title="Extend the end",
-                                    submit="Extend end")
+        return self._extension_page(request, queryset, form, action="extend_end", title=_("Extend the end"),
+                                    submit=_("Extend end"))
 
-    @admin.action(description="Extend coupon validity…", permissions=["change"])
+    @admin.action(description=_("Extend coupon validity…"), permissions=["change"])
     def extend_validity(self, request: HttpRequest, queryset: QuerySet[Campaign]) -> TemplateResponse | None:
         """Ask for N days, then extend the campaigns' issued, still-usable coupons by N days."""
         if "apply" in request.POST:
@@ -415,10 +431,11 @@ class CampaignAdmin(CampaignReportMixin):
                     if extended:  # a form sent again extends (and logs) nothing more
                         self.log_change(request, campaign, f"Extended the validity of {extended} coupon(s) by "
                                                            f"{days} day(s) (extension #{extension.pk}).")
-                    self.message_user(request, f"{campaign}: extended the validity of {extended} coupon(s) by "
-                                               f"{days} day(s).", messages.SUCCESS)
+                    self.message_user(request, _("%(campaign)s: extended the validity of %(count)s coupon(s) by "
+                                                 "%(days)s day(s).")
+                                      % {"campaign": campaign, "count": extended, "days": days}, messages.SUCCESS)
                 return None
         else:
             form = ExtendValidityForm(initial={"token": uuid.uuid4().hex})
         return self._extension_page(request, queryset, form, action="extend_validity",
-                                    title="Extend the validity of issued coupons", submit="Extend validity")
+                                    title=_("Extend the validity of issued coupons"), submit=_("Extend validity"))

@@ -6,6 +6,7 @@ from datetime import datetime, timedelta
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
+from django.utils.translation import gettext as _
 
 WIDTH, HEIGHT, PAD = 640, 220, 36
 
@@ -26,10 +27,11 @@ def burndown_svg(*, total: int, start: datetime, bucket_seconds: int, counts: li
     label_start = timezone.localtime(start).strftime(fmt)
     label_end = timezone.localtime(end).strftime(fmt)
     claimed = sum(counts)
-    caption = f"{claimed} claims persisted; {now_remaining if now_remaining is not None else '?'} left in Redis"
+    caption = _("%(claims)s claims persisted; %(remaining)s left in Redis") % {
+        "claims": claimed, "remaining": now_remaining if now_remaining is not None else "?"}
     return format_html(
         '<svg id="burndown" xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" '
-        'role="img" aria-label="Burn-down: remaining stock since the start" data-claims="{claimed}">'
+        'role="img" aria-label="{label}" data-claims="{claimed}">'
         '<rect x="0" y="0" width="{w}" height="{h}" fill="#fff" stroke="#ddd"/>'
         '<line x1="{p}" y1="{b}" x2="{r}" y2="{b}" stroke="#999"/>'
         '<line x1="{p}" y1="{p}" x2="{p}" y2="{b}" stroke="#999"/>'
@@ -41,7 +43,7 @@ def burndown_svg(*, total: int, start: datetime, bucket_seconds: int, counts: li
         "</svg>",
         w=WIDTH, h=HEIGHT, p=PAD, b=HEIGHT - PAD, r=WIDTH - PAD, t=PAD - 4, lb=HEIGHT - PAD + 16,
         total=total, ls=label_start, le=label_end, coords=mark_safe(coords), mid=WIDTH // 2, caption=caption,
-        claimed=claimed,
+        claimed=claimed, label=_("Burn-down: remaining stock since the start"),
     )
 
 
@@ -66,11 +68,11 @@ def daily_bars_svg(*, days: list[str], series: dict[str, list[int]]) -> SafeStri
                           f"{PAD + (i + 0.5) * slot:.1f}", HEIGHT - PAD + 14, day[5:]) for i, day in enumerate(days)]
     return format_html(
         '<svg id="report-chart" xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" '
-        'role="img" aria-label="Figures by day">'
+        'role="img" aria-label="{label}">'
         '<rect x="0" y="0" width="{w}" height="{h}" fill="#fff" stroke="#ddd"/>'
         '<line x1="{p}" y1="{b}" x2="{r}" y2="{b}" stroke="#999"/>'
         '<text x="{p}" y="{t}" font-size="11" fill="#333" text-anchor="end">{peak}</text>'
         "{shapes}{labels}</svg>",
         w=WIDTH, h=HEIGHT, p=PAD, b=HEIGHT - PAD, r=WIDTH - PAD, t=PAD + 10, peak=peak,
-        shapes=mark_safe("".join(shapes)), labels=mark_safe("".join(labels)),
+        shapes=mark_safe("".join(shapes)), labels=mark_safe("".join(labels)), label=_("Figures by day"),
     )

@@ -12,24 +12,28 @@ from django.core.validators import MinValueValidator
 from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+from django.utils.translation import pgettext_lazy
+
+from core.i18n import StrOrPromise
 
 from . import pricing
 from .money import MINOR_UNITS, Discount, minor_unit
 
 
 class DiscountType(models.TextChoices):
-    FIXED = "fixed", "Fixed amount off"
-    PERCENT = "percent", "Percentage off"
+    FIXED = "fixed", _("Fixed amount off")
+    PERCENT = "percent", _("Percentage off")
 
 
 class Audience(models.TextChoices):
-    ALL = "all", "Everyone"
-    NEW = "new", "New shoppers only"
+    ALL = "all", _("Everyone")
+    NEW = "new", _("New shoppers only")
 
 
 class CampaignKind(models.TextChoices):
-    GRAB = "grab", "Grab (shoppers claim coupons)"
-    CODES = "codes", "Codes typed at checkout"
+    GRAB = "grab", _("Grab (shoppers claim coupons)")
+    CODES = "codes", _("Codes typed at checkout")
 
 
 # A shared code as an operator types it (stored upper case): 4-32 of [A-Z0-9-] (CONTRACT.md, codes).
@@ -50,16 +54,17 @@ SCOPE_LIST_MAX = 200  # names in one include or exclude list
 SCOPE_LISTS = ("include_categories", "exclude_categories", "include_skus", "exclude_skus")
 
 
-def _scope_list(help_text: str) -> ArrayField:
-    return ArrayField(models.CharField(max_length=64), default=list, blank=True, help_text=help_text)
+def _scope_list(help_text: StrOrPromise, verbose_name: StrOrPromise) -> ArrayField:
+    return ArrayField(models.CharField(max_length=64), default=list, blank=True, help_text=help_text,
+                      verbose_name=verbose_name)
 
 
 class CampaignState(models.TextChoices):
-    DRAFT = "draft", "Draft"
-    SCHEDULED = "scheduled", "Scheduled"
-    LIVE = "live", "Live"
-    PAUSED = "paused", "Paused"
-    ENDED = "ended", "Ended"
+    DRAFT = "draft", pgettext_lazy("campaign state", "Draft")
+    SCHEDULED = "scheduled", pgettext_lazy("campaign state", "Scheduled")
+    LIVE = "live", pgettext_lazy("campaign state", "Live")
+    PAUSED = "paused", pgettext_lazy("campaign state", "Paused")
+    ENDED = "ended", pgettext_lazy("campaign state", "Ended")
 
 
 class CampaignQuerySet(models.QuerySet["Campaign"]):
@@ -85,65 +90,85 @@ class CampaignQuerySet(models.QuerySet["Campaign"]):
 
 
 class Campaign(models.Model):
-    name = models.CharField(max_length=200)
-    kind = models.CharField(max_length=5, choices=CampaignKind.choices, default=CampaignKind.GRAB)
+    name = models.CharField(max_length=200, verbose_name=_("name"))
+    kind = models.CharField(max_length=5, choices=CampaignKind.choices, default=CampaignKind.GRAB,
+        verbose_name=_("kind"))
     code = models.CharField(  # noqa: DJ001 (NULL = no shared code: a grab campaign, or unique codes)
         max_length=32, null=True, blank=True,
-        help_text="A codes campaign's shared code (e.g. SAVE50), unique among campaigns not ended; empty: unique "
-                  "codes generated or imported per shopper.",
+        help_text=_("A codes campaign's shared code (e.g. SAVE50), unique among campaigns not ended; empty: unique "
+                  "codes generated or imported per shopper."), verbose_name=_("code")
     )
-    starts_at = models.DateTimeField()
-    ends_at = models.DateTimeField()
-    total_stock = models.PositiveIntegerField()
-    per_user_limit = models.PositiveIntegerField(default=1, validators=[MinValueValidator(1)])
-    paused = models.BooleanField(default=False)
+    starts_at = models.DateTimeField(verbose_name=_("starts at"))
+    ends_at = models.DateTimeField(verbose_name=_("ends at"))
+    total_stock = models.PositiveIntegerField(verbose_name=_("total stock"))
+    per_user_limit = models.PositiveIntegerField(default=1, validators=[MinValueValidator(1)],
+        verbose_name=_("per user limit"))
+    paused = models.BooleanField(default=False, verbose_name=_("paused"))
     rate_limit = models.PositiveIntegerField(
         null=True, blank=True,
-        help_text="Claims this campaign admits per second (others get 429). Empty: 10 x its stock, at least 1,000.",
+        help_text=_("Claims this campaign admits per second (others get 429). Empty: 10 x its stock, at least 1,000."),
+            verbose_name=_("rate limit")
     )
-    published_at = models.DateTimeField(null=True, blank=True, help_text="Unset while a draft.")
+    published_at = models.DateTimeField(null=True, blank=True, help_text=_("Unset while a draft."),
+        verbose_name=_("published at"))
     preheated_at = models.DateTimeField(
-        null=True, blank=True, editable=False, help_text="When its state was first loaded into Redis."
+        null=True, blank=True, editable=False, help_text=_("When its state was first loaded into Redis."),
+            verbose_name=_("preheated at")
     )
 
     # The coupon rule: one template per campaign.
-    discount_type = models.CharField(max_length=10, choices=DiscountType.choices, default=DiscountType.FIXED)
-    discount_value = models.DecimalField(max_digits=12, decimal_places=2)
-    max_discount = models.DecimalField(max_digits=12, decimal_places=2, null=True, blank=True)
-    min_spend = models.DecimalField(max_digits=12, decimal_places=2, default=Decimal("0"))
-    currency = models.CharField(max_length=3, default="CNY", choices=[(c, c) for c in sorted(MINOR_UNITS)])
+    discount_type = models.CharField(max_length=10, choices=DiscountType.choices, default=DiscountType.FIXED,
+        verbose_name=_("discount type"))
+    discount_value = models.DecimalField(max_digits=12, decimal_places=2, verbose_name=_("discount value"))
+    max_discount = models.DecimalField(max_digits=12, decimal_places=2, null=True, blank=True,
+        verbose_name=_("max discount"))
+    min_spend = models.DecimalField(max_digits=12, decimal_places=2, default=Decimal("0"), verbose_name=_("min spend"))
+    currency = models.CharField(max_length=3, default="CNY", choices=[(c, c) for c in sorted(MINOR_UNITS)],
+        verbose_name=_("currency"))
     valid_from = models.DateTimeField(
-        null=True, blank=True, help_text="Absolute validity: coupons are usable from then (default: the claim)."
+        null=True, blank=True, help_text=_("Absolute validity: coupons are usable from then (default: the claim)."),
+            verbose_name=_("valid from")
     )
     valid_until = models.DateTimeField(
-        null=True, blank=True, help_text="Absolute validity: usable until then, inclusive to the second."
+        null=True, blank=True, help_text=_("Absolute validity: usable until then, inclusive to the second."),
+            verbose_name=_("valid until")
     )
-    valid_days = models.PositiveIntegerField(null=True, blank=True, help_text="Relative validity: days after claim.")
-    audience = models.CharField(max_length=3, choices=Audience.choices, default=Audience.ALL)
+    valid_days = models.PositiveIntegerField(null=True, blank=True, help_text=_("Relative validity: days after claim."),
+        verbose_name=_("valid days"))
+    audience = models.CharField(max_length=3, choices=Audience.choices, default=Audience.ALL,
+        verbose_name=_("audience"))
 
     # Scope and stacking (issue 20): the names campaigns.pricing.CouponRule gives them; coupon_rule() adapts.
-    include_categories = _scope_list("Categories whose lines the coupon covers, comma-separated (with the SKUs "
-                                     "included: either lists a line). Empty, and no SKUs included: every line.")
-    exclude_categories = _scope_list("Categories never covered, comma-separated (an exclude always wins).")
-    include_skus = _scope_list("SKUs the coupon covers, comma-separated.")
-    exclude_skus = _scope_list("SKUs never covered, comma-separated.")
+    include_categories = _scope_list(_("Categories whose lines the coupon covers, comma-separated (with the SKUs "
+                                       "included: either lists a line). Empty, and no SKUs included: every line."),
+                                     verbose_name=_("include categories"))
+    exclude_categories = _scope_list(_("Categories never covered, comma-separated (an exclude always wins)."),
+                                     verbose_name=_("exclude categories"))
+    include_skus = _scope_list(_("SKUs the coupon covers, comma-separated."), verbose_name=_("include SKUs"))
+    exclude_skus = _scope_list(_("SKUs never covered, comma-separated."), verbose_name=_("exclude SKUs"))
     min_quantity = models.PositiveIntegerField(
-        default=0, blank=True, help_text="Items of covered lines the cart must hold (0: no minimum).")
-    exclusive = models.BooleanField(default=False, help_text="Combines with no other coupon on an order.")
+        default=0, blank=True, help_text=_("Items of covered lines the cart must hold (0: no minimum)."),
+            verbose_name=_("min quantity"))
+    exclusive = models.BooleanField(default=False, help_text=_("Combines with no other coupon on an order."),
+        verbose_name=_("exclusive"))
     combinable_with = ArrayField(
         models.BigIntegerField(), default=list, blank=True,
-        help_text="Ids of the campaigns whose coupons may share an order with this one, comma-separated (empty: "
-                  "any coupon that is not exclusive; both campaigns must admit each other).")
+        help_text=_("Ids of the campaigns whose coupons may share an order with this one, comma-separated (empty: "
+                  "any coupon that is not exclusive; both campaigns must admit each other)."),
+                      verbose_name=_("combinable with"))
     order_cap = models.DecimalField(
         max_digits=12, decimal_places=2, null=True, blank=True,
-        help_text="The most all the coupons of an order holding this one may take off together (empty: no cap).")
+        help_text=_("The most all the coupons of an order holding this one may take off together (empty: no cap)."),
+            verbose_name=_("order cap"))
 
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
+    created_at = models.DateTimeField(auto_now_add=True, verbose_name=_("created at"))
+    updated_at = models.DateTimeField(auto_now=True, verbose_name=_("updated at"))
 
     objects = CampaignQuerySet.as_manager()
 
     class Meta:
+        verbose_name = _("campaign")
+        verbose_name_plural = _("campaigns")
         ordering = ["-starts_at", "-id"]
         indexes = [models.Index(fields=["code"], condition=Q(code__isnull=False), name="campaign_shared_code")]
         constraints = [
@@ -329,26 +354,29 @@ class Campaign(models.Model):
 
 
 class CampaignEventType(models.TextChoices):
-    PUBLISHED = "published", "Published"
-    PAUSED = "paused", "Paused"
-    RESUMED = "resumed", "Resumed"
-    END_EXTENDED = "end_extended", "End extended"
-    VALIDITY_EXTENDED = "validity_extended", "Coupon validity extended"
-    REBUILT = "rebuilt", "Redis state rebuilt"
-    STOCK_ADDED = "stock_added", "Stock added"
-    CLOSED = "closed", "Closed (final figures)"
+    PUBLISHED = "published", _("Published")
+    PAUSED = "paused", _("Paused")
+    RESUMED = "resumed", _("Resumed")
+    END_EXTENDED = "end_extended", _("End extended")
+    VALIDITY_EXTENDED = "validity_extended", _("Coupon validity extended")
+    REBUILT = "rebuilt", _("Redis state rebuilt")
+    STOCK_ADDED = "stock_added", _("Stock added")
+    CLOSED = "closed", _("Closed (final figures)")
 
 
 class CampaignEvent(models.Model):
     """An operator's or the system's action on a campaign (audit log). Append-only, like CouponEvent."""
 
-    campaign = models.ForeignKey(Campaign, on_delete=models.PROTECT, related_name="events")
-    type = models.CharField(max_length=20, choices=CampaignEventType.choices)
-    data = models.JSONField(default=dict, blank=True)
-    actor = models.CharField(max_length=150, help_text="The operator's username, or the job that acted.")
-    created_at = models.DateTimeField(auto_now_add=True)
+    campaign = models.ForeignKey(Campaign, on_delete=models.PROTECT, related_name="events", verbose_name=_("campaign"))
+    type = models.CharField(max_length=20, choices=CampaignEventType.choices, verbose_name=_("type"))
+    data = models.JSONField(default=dict, blank=True, verbose_name=_("data"))
+    actor = models.CharField(max_length=150, help_text=_("The operator's username, or the job that acted."),
+        verbose_name=_("actor"))
+    created_at = models.DateTimeField(auto_now_add=True, verbose_name=_("created at"))
 
     class Meta:
+        verbose_name = _("campaign event")
+        verbose_name_plural = _("campaign events")
         ordering = ["-created_at", "-id"]
         indexes = [models.Index(fields=["campaign", "created_at"], name="campaign_event_time")]
 

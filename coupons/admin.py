@@ -19,9 +19,11 @@ from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
+from django.utils.translation import gettext_lazy as _
 
 from campaigns.models import Campaign
 from core.errors import ApplicationError
+from core.i18n import StrOrPromise
 
 from .code_batches import (
     MAX_COUNT,
@@ -60,7 +62,7 @@ class CouponEventInline(ReadOnlyAdminMixin, admin.TabularInline):
 
 
 class ExtendCouponsForm(forms.Form):
-    days = forms.IntegerField(label="Days to add", help_text="Whole days, 1 to 365.")
+    days = forms.IntegerField(label=_("Days to add"), help_text=_("Whole days, 1 to 365."))
 
     def clean_days(self) -> int:
         try:
@@ -82,18 +84,18 @@ class CouponAdmin(NoAddNoDeleteMixin, admin.ModelAdmin):
         return [f.name for f in Coupon._meta.fields]
 
     def _page(self, request: HttpRequest, queryset: QuerySet[Coupon], form: forms.Form, *, action: str,
-              title: str, submit: str) -> TemplateResponse:
+              title: StrOrPromise, submit: StrOrPromise) -> TemplateResponse:
         context = {**self.admin_site.each_context(request), "opts": self.model._meta, "title": title,
                    "coupons": list(queryset.select_related("campaign").order_by("pk")[:200]), "form": form,
                    "action": action, "submit": submit}
         return TemplateResponse(request, "admin/coupons/coupon_action.html", context)
 
-    @admin.action(description="Revoke…", permissions=["change"])
+    @admin.action(description=_("Revoke…"), permissions=["change"])
     def revoke(self, request: HttpRequest, queryset: QuerySet[Coupon]) -> TemplateResponse | None:
         """Void unused coupons (no stock goes back): each gets a 'revoked' event; coupons in use are refused."""
         if "apply" not in request.POST:
-            return self._page(request, queryset, forms.Form(), action="revoke", title="Revoke coupons",
-                              submit="Revoke")
+            return self._page(request, queryset, forms.Form(), action="revoke", title=_("Revoke coupons"),
+                              submit=_("Revoke"))
         done = 0
         for coupon in queryset.select_related("campaign").order_by("pk"):
             with transaction.atomic():
@@ -103,12 +105,13 @@ class CouponAdmin(NoAddNoDeleteMixin, admin.ModelAdmin):
                 done += 1
                 self.log_change(request, coupon, "Revoked (admin action).")
             else:
-                self.message_user(request, f"{coupon}: not revoked ({outcome.status})", messages.WARNING)
+                self.message_user(request, _("%(coupon)s: not revoked (%(status)s)")
+                                  % {"coupon": coupon, "status": outcome.status}, messages.WARNING)
         if done:
-            self.message_user(request, f"Revoked {done} coupon(s).", messages.SUCCESS)
+            self.message_user(request, _("Revoked %(count)s coupon(s).") % {"count": done}, messages.SUCCESS)
         return None
 
-    @admin.action(description="Extend validity…", permissions=["change"])
+    @admin.action(description=_("Extend validity…"), permissions=["change"])
     def extend_validity(self, request: HttpRequest, queryset: QuerySet[Coupon]) -> TemplateResponse | None:
         """Extend the selected still-usable coupons by N days, one 'extended' event each."""
         if "apply" in request.POST:
@@ -119,13 +122,15 @@ class CouponAdmin(NoAddNoDeleteMixin, admin.ModelAdmin):
                     if coupon_extend_validity(coupon=coupon, days=days, actor=request.user.get_username()):
                         done += 1
                         self.log_change(request, coupon, f"Validity extended by {days} day(s) (admin action).")
-                self.message_user(request, f"Extended {done} coupon(s) by {days} day(s); "
-                                           f"{queryset.count() - done} were not usable any more.", messages.SUCCESS)
+                left = queryset.count() - done
+                self.message_user(request, _("Extended %(count)s coupon(s) by %(days)s day(s); %(left)s were not "
+                                             "usable any more.") % {"count": done, "days": days, "left": left},
+                                  messages.SUCCESS)
                 return None
         else:
             form = ExtendCouponsForm()
-        return self._page(request, queryset, form, action="extend_validity", title="Extend coupons' validity",
-                          submit="Extend validity")
+        return self._page(request, queryset, form, action="extend_validity", title=_("Extend coupons' validity"),
+                          submit=_("Extend validity"))
 
 
 @admin.register(CouponEvent)
@@ -137,15 +142,15 @@ class CouponEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
 
 class GenerateCodesForm(forms.Form):
-    count = forms.IntegerField(label="Codes", min_value=1, max_value=MAX_COUNT,
+    count = forms.IntegerField(label=_("Codes"), min_value=1, max_value=MAX_COUNT,
                                help_text=f"How many unique codes, 1 to {MAX_COUNT:,}.")
-    code_prefix = forms.CharField(label="Prefix", required=False, max_length=16,
-                             help_text="Optional: 1-16 letters and digits before each code, e.g. SPRING.")
+    code_prefix = forms.CharField(label=_("Prefix"), required=False, max_length=16,
+                             help_text=_("Optional: 1-16 letters and digits before each code, e.g. SPRING."))
 
 
 class ImportCodesForm(forms.Form):
-    file = forms.FileField(label="File of codes",
-                           help_text="One code a line (4-40 of A-Z, 0-9 and '-'), or a CSV as the export writes it.")
+    file = forms.FileField(label=_("File of codes"),
+                           help_text=_("One code a line (4-40 of A-Z, 0-9 and '-'), or a CSV as the export writes it."))
 
 
 def batches_url(campaigns: list[Campaign]) -> str:
@@ -153,7 +158,7 @@ def batches_url(campaigns: list[Campaign]) -> str:
     return f"{url}?campaign__id__exact={campaigns[0].pk}" if len(campaigns) == 1 else url
 
 
-@admin.action(description="Generate unique codes…", permissions=["change"])
+@admin.action(description=_("Generate unique codes…"), permissions=["change"])
 def generate_unique_codes(modeladmin: admin.ModelAdmin, request: HttpRequest,
                           queryset: QuerySet[Campaign]) -> HttpResponse | None:
     """Ask for a count and a prefix, then record a batch per campaign and hand it to the worker."""
@@ -178,24 +183,25 @@ def generate_unique_codes(modeladmin: admin.ModelAdmin, request: HttpRequest,
             if sent:
                 for error in form.non_field_errors():
                     modeladmin.message_user(request, str(error), messages.ERROR)
-                modeladmin.message_user(request, f"Generating {form.cleaned_data['count']:,} codes for "
-                                                 f"{len(sent)} campaign(s): progress below.", messages.SUCCESS)
+                modeladmin.message_user(request, _("Generating %(count)s codes for %(campaigns)s campaign(s): progress "
+                                                   "below.") % {"count": f"{form.cleaned_data['count']:,}",
+                                                                "campaigns": len(sent)}, messages.SUCCESS)
                 return HttpResponseRedirect(batches_url(sent))
     else:
         form = GenerateCodesForm()
     context = {**modeladmin.admin_site.each_context(request), "opts": modeladmin.model._meta,
-               "title": "Generate unique codes", "campaigns": campaigns, "form": form,
-               "action": "generate_unique_codes", "submit": "Generate"}
+               "title": _("Generate unique codes"), "campaigns": campaigns, "form": form,
+               "action": "generate_unique_codes", "submit": _("Generate")}
     return TemplateResponse(request, "admin/coupons/codes_action.html", context)
 
 
-@admin.action(description="Import unique codes…", permissions=["change"])
+@admin.action(description=_("Import unique codes…"), permissions=["change"])
 def import_unique_codes(modeladmin: admin.ModelAdmin, request: HttpRequest,
                         queryset: QuerySet[Campaign]) -> HttpResponse | None:
     """Go to the upload page of the one selected campaign."""
     campaigns = list(queryset[:2])
     if len(campaigns) != 1:
-        modeladmin.message_user(request, "Select one campaign to import codes into.", messages.WARNING)
+        modeladmin.message_user(request, _("Select one campaign to import codes into."), messages.WARNING)
         return None
     return HttpResponseRedirect(reverse("admin:coupons_codebatch_import", args=[campaigns[0].pk]))
 
@@ -212,13 +218,13 @@ class CodeBatchAdmin(NoAddNoDeleteMixin, admin.ModelAdmin):
     def get_readonly_fields(self, request: HttpRequest, obj: CodeBatch | None = None) -> list[str]:
         return [f.name for f in CodeBatch._meta.fields]
 
-    @admin.display(description="progress")
+    @admin.display(description=_("progress"))
     def progress(self, batch: CodeBatch) -> str:
         share = 100 * batch.inserted // batch.requested if batch.requested else 100
         return format_html('<progress value="{}" max="{}" data-batch="{}">{}%</progress> {} / {}', batch.inserted,
                            batch.requested, batch.pk, share, f"{batch.inserted:,}", f"{batch.requested:,}")
 
-    @admin.display(description="CSV")
+    @admin.display(description=_("CSV"))
     def downloads(self, batch: CodeBatch) -> str:
         return format_html('<a href="{}">batch</a> · <a href="{}">campaign</a>',
                            reverse("admin:coupons_codebatch_csv", args=[batch.pk]),
@@ -229,14 +235,15 @@ class CodeBatchAdmin(NoAddNoDeleteMixin, admin.ModelAdmin):
         running = CodeBatch.objects.filter(state__in=[CodeBatchState.PENDING, CodeBatchState.RUNNING]).exists()
         return super().changelist_view(request, {**(extra_context or {}), "refresh_seconds": 2 if running else 0})
 
-    @admin.action(description="Resume generation (interrupted batches)", permissions=["change"])
+    @admin.action(description=_("Resume generation (interrupted batches)"), permissions=["change"])
     def resume(self, request: HttpRequest, queryset: QuerySet[CodeBatch]) -> None:
         """Send unfinished generated batches to the worker again: it continues from their committed count."""
         resent = 0
         for batch in queryset.filter(source=CodeBatchSource.GENERATED).exclude(state=CodeBatchState.DONE):
             code_batch_send(batch=batch)
             resent += 1
-        self.message_user(request, f"Sent {resent} batch(es) to the worker again.", messages.SUCCESS)
+        self.message_user(request, _("Sent %(count)s batch(es) to the worker again.") % {"count": resent},
+                          messages.SUCCESS)
 
     def get_urls(self) -> list[URLPattern]:
         view = self.admin_site.admin_view
@@ -296,8 +303,9 @@ class CodeBatchAdmin(NoAddNoDeleteMixin, admin.ModelAdmin):
                     form.add_error(None, exc.message)
                 else:
                     self.log_addition(request, batch, f"Imported {batch.inserted:,} codes into {campaign}.")
-                    self.message_user(request, f"Imported {batch.inserted:,} codes into {campaign} (batch "
-                                               f"{batch.pk}).", messages.SUCCESS)
+                    self.message_user(request, _("Imported %(count)s codes into %(campaign)s (batch %(batch)s).")
+                                      % {"count": f"{batch.inserted:,}", "campaign": campaign, "batch": batch.pk},
+                                      messages.SUCCESS)
                     return HttpResponseRedirect(batches_url([campaign]))
         else:
             form = ImportCodesForm()

@@ -617,6 +617,23 @@ def wait_healthy(url: str) -> bool:
         return False
 
 
+# The translation catalogs (locale/*/LC_MESSAGES/*.po, committed) compiled to .mo (git-ignored) by Debian's
+# gettext (msgfmt). Without it the console stays English: a warning, not a failure.
+COMPILEMESSAGES = [sys.executable, "manage.py", "compilemessages", "-v", "0", "--ignore", "var/*",
+                   "--ignore", ".venv/*"]
+NO_GETTEXT = "WARNING: msgfmt is missing (apt-get install gettext): the console's translations are not compiled"
+
+
+def compile_messages(env: dict[str, str]) -> None:
+    """Compile the catalogs; stale .mo files would show old translations, so this runs at every start."""
+    if shutil.which("msgfmt") is None:
+        say(NO_GETTEXT)
+        return
+    done = subprocess.run(COMPILEMESSAGES, cwd=BASE_DIR, env=env, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise DevstackError(f"compilemessages failed: {(done.stderr or done.stdout).strip()}")
+
+
 def has_command(name: str) -> bool:
     return any(BASE_DIR.glob(f"*/management/commands/{name}.py"))
 
@@ -652,6 +669,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         t0 = time.monotonic()
         sup.step("static", [sys.executable, "manage.py", "collectstatic", "--noinput", "-v", "0"])
         say(f"static files in {rel(STATIC_ROOT)} ({since(t0)})")
+        compile_messages(env)
         if args.no_demo:
             pass
         elif has_command("demo"):
@@ -729,6 +747,7 @@ def cmd_test(pytest_args: list[str]) -> int:
     try:
         stack.lock()
         stack.start(env)
+        compile_messages(env)
         say(f"pytest {' '.join(pytest_args)}".rstrip())
         pytest = subprocess.Popen(resolve(["pytest", *pytest_args]), cwd=BASE_DIR, env=env)
 

@@ -6,6 +6,8 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
+from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
 
 from coupons.models import Coupon
 
@@ -27,7 +29,7 @@ class ClaimAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return False
 
-    @admin.display(description="coupon")
+    @admin.display(description=_("coupon"))
     def coupon_link(self, claim: Claim) -> str:
         coupon = Coupon.objects.filter(claim_id=claim.claim_id).only("pk", "code").first()
         if coupon is None:
@@ -54,7 +56,7 @@ class ReconciliationAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return False
 
-    @admin.display(description="repairs")
+    @admin.display(description=_("repairs"))
     def repair_count(self, record: Reconciliation) -> int:
         return len(record.repairs)
 
@@ -77,20 +79,20 @@ class ParkedLedgerEntryAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return False
 
-    @admin.action(description="Retry: persist again", permissions=["change"])
+    @admin.action(description=_("Retry: persist again"), permissions=["change"])
     def retry(self, request: HttpRequest, queryset: QuerySet[ParkedLedgerEntry]) -> None:
         actor = request.user.get_username()
         for parked in queryset.order_by("pk"):
             if parked_retry(parked=parked, actor=actor):
                 self.log_change(request, parked, "Retried: persisted as a claim (admin action).")
-                self.message_user(request, f"{parked.claim_id}: persisted.", messages.SUCCESS)
+                self.message_user(request, _("%(claim)s: persisted.") % {"claim": parked.claim_id}, messages.SUCCESS)
             else:
                 parked.refresh_from_db()
                 self.log_change(request, parked, f"Retried: {parked.state} ({parked.error}) (admin action).")
                 self.message_user(request, f"{parked.claim_id}: still {parked.state}: {parked.error}",
                                   messages.WARNING)
 
-    @admin.action(description="Discard (never a claim)", permissions=["change"])
+    @admin.action(description=_("Discard (never a claim)"), permissions=["change"])
     def discard(self, request: HttpRequest, queryset: QuerySet[ParkedLedgerEntry]) -> None:
         actor = request.user.get_username()
         done = 0
@@ -98,4 +100,5 @@ class ParkedLedgerEntryAdmin(admin.ModelAdmin):
             if parked_discard(parked=parked, actor=actor):
                 done += 1
                 self.log_change(request, parked, "Discarded (admin action).")
-        self.message_user(request, f"Discarded {done} parked entr{'y' if done == 1 else 'ies'}.", messages.SUCCESS)
+        self.message_user(request, ngettext("Discarded %(count)s parked entry.", "Discarded %(count)s parked entries.",
+                                            done) % {"count": done}, messages.SUCCESS)

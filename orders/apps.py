@@ -1,10 +1,11 @@
 from django.apps import AppConfig
 from django.db.models.signals import post_migrate
+from django.utils.translation import gettext_lazy as _
 
 
 class OrdersConfig(AppConfig):
     name = "orders"
-    verbose_name = "Claims (orders)"
+    verbose_name = _("Claims (orders)")
 
     def ready(self) -> None:
         from core.metrics import before_scrape, register_scraped

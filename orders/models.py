@@ -2,33 +2,41 @@
 from __future__ import annotations
 
 from django.db import models
+from django.utils.translation import gettext_lazy as _
+from django.utils.translation import pgettext_lazy
 
 from campaigns.models import Campaign
 
 
 class ClaimStatus(models.TextChoices):
-    PENDING = "pending", "Pending (in the ledger)"
-    ISSUED = "issued", "Issued"
-    CANCELLED = "cancelled", "Cancelled"
-    FAILED = "failed", "Failed"
+    PENDING = "pending", _("Pending (in the ledger)")
+    ISSUED = "issued", pgettext_lazy("claim status", "Issued")
+    CANCELLED = "cancelled", _("Cancelled")
+    FAILED = "failed", _("Failed")
 
 
 class Claim(models.Model):
     # "<campaign id>-<ledger stream entry id>", e.g. "42-1764470000000-3": unique, and it says where
     # the claim waits in Redis while it is still pending.
-    claim_id = models.CharField(max_length=48, unique=True)
+    claim_id = models.CharField(max_length=48, unique=True, verbose_name=_("claim id"))
     # No index of its own: claim_campaign_status and claim_campaign_user both begin with the campaign.
-    campaign = models.ForeignKey(Campaign, on_delete=models.PROTECT, related_name="claims", db_index=False)
-    user_id = models.CharField(max_length=64)
-    status = models.CharField(max_length=10, choices=ClaimStatus.choices, default=ClaimStatus.PENDING)
+    campaign = models.ForeignKey(Campaign, on_delete=models.PROTECT, related_name="claims", db_index=False,
+        verbose_name=_("campaign"))
+    user_id = models.CharField(max_length=64, verbose_name=_("user id"))
+    status = models.CharField(max_length=10, choices=ClaimStatus.choices, default=ClaimStatus.PENDING,
+        verbose_name=_("status"))
     # The SHA-256 (32 hex) of the shopper's Idempotency-Key, never the key: a Redis rebuilt from PostgreSQL
     # stores the claim's answer under it again, so a repeat still replays 'claimed'.
-    key_digest = models.CharField(max_length=32, blank=True, default="", db_default="")  # old workers insert without it
-    claimed_at = models.DateTimeField(help_text="When Redis accepted the claim.")
-    created_at = models.DateTimeField(auto_now_add=True, help_text="When the drain persisted it.")
-    updated_at = models.DateTimeField(auto_now=True)
+    key_digest = models.CharField(max_length=32, blank=True, default="", db_default="",
+        verbose_name=_("key digest"))  # old workers insert without it
+    claimed_at = models.DateTimeField(help_text=_("When Redis accepted the claim."), verbose_name=_("claimed at"))
+    created_at = models.DateTimeField(auto_now_add=True, help_text=_("When the drain persisted it."),
+        verbose_name=_("created at"))
+    updated_at = models.DateTimeField(auto_now=True, verbose_name=_("updated at"))
 
     class Meta:
+        verbose_name = _("claim")
+        verbose_name_plural = _("claims")
         ordering = ["-claimed_at", "-id"]
         indexes = [
             models.Index(fields=["campaign", "status"], name="claim_campaign_status"),
@@ -42,20 +50,27 @@ class Claim(models.Model):
 class Reconciliation(models.Model):
     """One comparison of a campaign's Redis state with PostgreSQL (DESIGN.md's balance), and what was repaired."""
 
-    campaign = models.ForeignKey(Campaign, on_delete=models.PROTECT, related_name="reconciliations")
-    created_at = models.DateTimeField(auto_now_add=True)
-    source = models.CharField(max_length=20, help_text="beat, command or admin")
-    total_stock = models.PositiveIntegerField()
-    remaining = models.IntegerField(null=True, blank=True, help_text="Redis stock; empty when Redis had none")
-    claims = models.PositiveIntegerField(help_text="Claims persisted or still only in the ledger")
-    restocked = models.PositiveIntegerField()
-    drift = models.IntegerField(null=True, blank=True, help_text="total - (remaining + claims - restocked)")
-    users_drift = models.PositiveIntegerField(default=0, help_text="Shoppers whose Redis count was wrong")
-    problems = models.JSONField(default=list, blank=True)
-    repairs = models.JSONField(default=list, blank=True)
-    balanced = models.BooleanField(help_text="After the repairs")
+    campaign = models.ForeignKey(Campaign, on_delete=models.PROTECT, related_name="reconciliations",
+        verbose_name=_("campaign"))
+    created_at = models.DateTimeField(auto_now_add=True, verbose_name=_("created at"))
+    source = models.CharField(max_length=20, help_text=_("beat, command or admin"), verbose_name=_("source"))
+    total_stock = models.PositiveIntegerField(verbose_name=_("total stock"))
+    remaining = models.IntegerField(null=True, blank=True, help_text=_("Redis stock; empty when Redis had none"),
+        verbose_name=_("remaining"))
+    claims = models.PositiveIntegerField(help_text=_("Claims persisted or still only in the ledger"),
+        verbose_name=_("claims"))
+    restocked = models.PositiveIntegerField(verbose_name=_("restocked"))
+    drift = models.IntegerField(null=True, blank=True, help_text=_("total - (remaining + claims - restocked)"),
+        verbose_name=_("drift"))
+    users_drift = models.PositiveIntegerField(default=0, help_text=_("Shoppers whose Redis count was wrong"),
+        verbose_name=_("users drift"))
+    problems = models.JSONField(default=list, blank=True, verbose_name=_("problems"))
+    repairs = models.JSONField(default=list, blank=True, verbose_name=_("repairs"))
+    balanced = models.BooleanField(help_text=_("After the repairs"), verbose_name=_("balanced"))
 
     class Meta:
+        verbose_name = _("reconciliation")
+        verbose_name_plural = _("reconciliations")
         ordering = ["-created_at", "-id"]
         indexes = [models.Index(fields=["campaign", "-created_at"], name="reconciliation_latest")]
 
@@ -64,9 +79,9 @@ class Reconciliation(models.Model):
 
 
 class ParkedState(models.TextChoices):
-    PARKED = "parked", "Parked (not persisted)"
-    RETRIED = "retried", "Retried and persisted"
-    DISCARDED = "discarded", "Discarded"
+    PARKED = "parked", _("Parked (not persisted)")
+    RETRIED = "retried", _("Retried and persisted")
+    DISCARDED = "discarded", _("Discarded")
 
 
 class ParkedLedgerEntry(models.Model):
@@ -75,17 +90,25 @@ class ParkedLedgerEntry(models.Model):
     (orders/parking.py). One row per entry, however often it is tried: a retry that fails again counts an
     attempt and leaves it parked; each retry and discard is in `history` and the admin's log."""
 
-    campaign = models.ForeignKey(Campaign, on_delete=models.PROTECT, related_name="parked_entries", db_index=False)
-    entry_id = models.CharField(max_length=48, help_text="The ledger stream entry id")
-    fields = models.JSONField(help_text="The entry's raw fields as Redis held them (bytes not UTF-8 escaped)")
-    error = models.TextField(help_text="Why it could not be persisted (the last attempt's error)")
-    state = models.CharField(max_length=10, choices=ParkedState.choices, default=ParkedState.PARKED)
-    attempts = models.PositiveIntegerField(default=1, help_text="Times it was tried and failed")
-    history = models.JSONField(default=list, blank=True, help_text="Retries and discards: when, by whom, outcome")
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
+    campaign = models.ForeignKey(Campaign, on_delete=models.PROTECT, related_name="parked_entries", db_index=False,
+        verbose_name=_("campaign"))
+    entry_id = models.CharField(max_length=48, help_text=_("The ledger stream entry id"), verbose_name=_("entry id"))
+    fields = models.JSONField(help_text=_("The entry's raw fields as Redis held them (bytes not UTF-8 escaped)"),
+        verbose_name=_("fields"))
+    error = models.TextField(help_text=_("Why it could not be persisted (the last attempt's error)"),
+        verbose_name=_("error"))
+    state = models.CharField(max_length=10, choices=ParkedState.choices, default=ParkedState.PARKED,
+        verbose_name=_("state"))
+    attempts = models.PositiveIntegerField(default=1, help_text=_("Times it was tried and failed"),
+        verbose_name=_("attempts"))
+    history = models.JSONField(default=list, blank=True, help_text=_("Retries and discards: when, by whom, outcome"),
+        verbose_name=_("history"))
+    created_at = models.DateTimeField(auto_now_add=True, verbose_name=_("created at"))
+    updated_at = models.DateTimeField(auto_now=True, verbose_name=_("updated at"))
 
     class Meta:
+        verbose_name = _("parked ledger entry")
+        verbose_name_plural = _("parked ledger entries")
         ordering = ["-created_at", "-id"]
         constraints = [models.UniqueConstraint(fields=["campaign", "entry_id"], name="parked_entry_once")]
 

@@ -6,6 +6,7 @@ from django.contrib import admin
 from django.http import Http404, HttpRequest, StreamingHttpResponse
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path
+from django.utils.translation import gettext as _
 
 from campaigns.charts import daily_bars_svg
 from campaigns.models import Campaign
@@ -37,7 +38,7 @@ class CampaignReportMixin(admin.ModelAdmin):
         days = [d["day"] for d in data["days"]]
         chart = daily_bars_svg(days=days, series={name: [d[name] for d in data["days"]]
                                                   for name in ("issued", "redeemed", "released", "expired")})
-        context = {**self.admin_site.each_context(request), "title": f"Report: {campaign.name}",
+        context = {**self.admin_site.each_context(request), "title": _("Report: %(name)s") % {"name": campaign.name},
                    "campaign": campaign, "report": data, "columns": COUNTS, "chart": chart,
                    "opts": self.model._meta, "original": campaign}
         return TemplateResponse(request, "admin/campaigns/campaign/report.html", context)

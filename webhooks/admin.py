@@ -13,6 +13,7 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
+from django.utils.translation import gettext_lazy as _
 
 from .addresses import Refused, check_url
 from .delivery import delivery_retry
@@ -25,7 +26,7 @@ class EndpointForm(forms.ModelForm):
     url = forms.URLField(max_length=500, assume_scheme="https",
                          help_text=WebhookEndpoint._meta.get_field("url").help_text)
     event_types = forms.MultipleChoiceField(choices=EventType.choices, widget=forms.CheckboxSelectMultiple,
-                                            required=False, help_text="None ticked: every type.")
+                                            required=False, help_text=_("None ticked: every type."))
 
     class Meta:
         model = WebhookEndpoint
@@ -49,7 +50,7 @@ class WebhookEndpointAdmin(admin.ModelAdmin):
     list_display = ["url", "active", "types", "created_at"]
     list_filter = ["active"]
 
-    @admin.display(description="event types")
+    @admin.display(description=_("event types"))
     def types(self, endpoint: WebhookEndpoint) -> str:
         return ", ".join(endpoint.event_types)
 
@@ -95,11 +96,11 @@ class DeliveryAdmin(admin.ModelAdmin):
     inlines = [AttemptInline]
     actions = ["retry"]
 
-    @admin.display(description="type")
+    @admin.display(description=_("type"))
     def event_type(self, delivery: Delivery) -> str:
         return delivery.event.type
 
-    @admin.display(description="event data")
+    @admin.display(description=_("event data"))
     def payload(self, delivery: Delivery) -> Any:
         return delivery.event.data
 
@@ -109,12 +110,14 @@ class DeliveryAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return False
 
-    @admin.action(description="Retry the selected dead deliveries", permissions=["change"])
+    @admin.action(description=_("Retry the selected dead deliveries"), permissions=["change"])
     def retry(self, request: HttpRequest, queryset: QuerySet[Delivery]) -> None:
         done = sum(delivery_retry(delivery=d) for d in queryset.filter(state=DeliveryState.DEAD))
         skipped = queryset.count() - done
-        self.message_user(request, f"{done} dead deliveries will be sent again now"
-                          + (f"; {skipped} not dead, left alone" if skipped else ""),
+        text = _("%(count)s dead deliveries will be sent again now") % {"count": done}
+        if skipped:
+            text += _("; %(count)s not dead, left alone") % {"count": skipped}
+        self.message_user(request, text,
                           messages.SUCCESS if done else messages.WARNING)
 
     def save_model(self, request: HttpRequest, obj: Delivery, form: forms.ModelForm, change: bool) -> None:

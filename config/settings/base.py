@@ -79,6 +79,7 @@ MIDDLEWARE = [
     "core.api.DatabaseUnavailableMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
+    "core.i18n.ConsoleLocaleMiddleware",  # the console's language; the API's answers stay English
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
@@ -131,8 +132,12 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 
-# Times are stored in UTC; operators read them in their own zone.
-LANGUAGE_CODE = "en-us"
+# Times are stored in UTC; operators read them in their own zone. The console (admin, storefront) speaks the
+# language the operator picks (the switch in its header, else the browser's Accept-Language, else
+# DJANGO_LANGUAGE_CODE); catalogs in locale/, compiled by `python manage.py compilemessages` (Debian's gettext).
+LANGUAGE_CODE = env("DJANGO_LANGUAGE_CODE", "en")
+LANGUAGES = [("en", "English"), ("zh-hans", "简体中文")]
+LOCALE_PATHS = [BASE_DIR / "locale"]
 USE_I18N = True
 USE_TZ = True
 TIME_ZONE = env("COUPONS_OPERATOR_TIME_ZONE", "Asia/Shanghai")

@@ -7,6 +7,16 @@
 (function () {
   "use strict";
 
+  // Django's JavaScript catalog (/i18n/js/, loaded before this file) defines gettext and interpolate in the
+  // page's language; without it the words stay English. Every string a shopper reads goes through gettext().
+  var gettext = window.gettext || function (msgid) { return msgid; };
+  var pgettext = window.pgettext || function (context, msgid) { return msgid; };
+  var interpolate = window.interpolate || function (text, values) {
+    return text.replace(/%\((\w+)\)s/g, function (all, name) { return String(values[name]); });
+  };
+  function fmt(text, values) { return interpolate(text, values, true); }
+  var LANG = document.documentElement.lang || undefined; // dates as the page's language writes them
+
   var API = "/api/v1";
   var TOKEN_URL = "/dev/demo-shopper";
   var STORE_KEY = "couponrush.demoShopper";
@@ -17,40 +27,40 @@
 
   // Business outcomes (HTTP 200, CONTRACT.md) in plain words.
   var CLAIM_WORDS = {
-    claimed: "Got one! Your coupon is being issued…",
-    limit_reached: "You already hold as many coupons of this campaign as one shopper may.",
-    sold_out: "Sold out: every coupon of this campaign is gone.",
-    not_started: "Not open yet: the campaign has not started.",
-    ended: "Too late: the campaign has ended.",
-    paused: "The shop paused this campaign for now: try again a little later."
+    claimed: gettext("Got one! Your coupon is being issued…"),
+    limit_reached: gettext("You already hold as many coupons of this campaign as one shopper may."),
+    sold_out: gettext("Sold out: every coupon of this campaign is gone."),
+    not_started: gettext("Not open yet: the campaign has not started."),
+    ended: gettext("Too late: the campaign has ended."),
+    paused: gettext("The shop paused this campaign for now: try again a little later.")
   };
   var USE_WORDS = {
-    redeemed: "Paid! The coupon was applied to your order.",
-    expired: "This coupon has expired.",
-    already_redeemed: "This coupon was already used for another order.",
-    min_spend_not_met: "The order is below this coupon's minimum spend.",
-    not_yet_valid: "This coupon can't be used yet: its validity starts later.",
-    revoked: "This coupon was cancelled.",
-    not_eligible: "This coupon is for new shoppers only.",
-    on_hold: "This coupon is held for another order that is awaiting payment.",
-    limit_reached: "You have used this code as many times as one shopper may.",
-    sold_out: "This code has been used up."
+    redeemed: gettext("Paid! The coupon was applied to your order."),
+    expired: gettext("This coupon has expired."),
+    already_redeemed: gettext("This coupon was already used for another order."),
+    min_spend_not_met: gettext("The order is below this coupon's minimum spend."),
+    not_yet_valid: gettext("This coupon can't be used yet: its validity starts later."),
+    revoked: gettext("This coupon was cancelled."),
+    not_eligible: gettext("This coupon is for new shoppers only."),
+    on_hold: gettext("This coupon is held for another order that is awaiting payment."),
+    limit_reached: gettext("You have used this code as many times as one shopper may."),
+    sold_out: gettext("This code has been used up.")
   };
   var HTTP_WORDS = {
-    0: "Can't reach the shop: check that the server is running.",
-    400: "The shop did not accept that request.",
-    401: "Your demo session ran out: getting a new token…",
-    404: "Not found (or not yours).",
-    409: "The same request is still being processed: try again in a moment.",
-    413: "That request is too large.",
-    415: "The shop expected JSON.",
-    422: "That request key was already used for a different request.",
-    429: "Too many requests: slow down a little and try again.",
-    503: "The shop is briefly unavailable. Nothing was changed: try again in a moment."
+    0: gettext("Can't reach the shop: check that the server is running."),
+    400: gettext("The shop did not accept that request."),
+    401: gettext("Your demo session ran out: getting a new token…"),
+    404: gettext("Not found (or not yours)."),
+    409: gettext("The same request is still being processed: try again in a moment."),
+    413: gettext("That request is too large."),
+    415: gettext("The shop expected JSON."),
+    422: gettext("That request key was already used for a different request."),
+    429: gettext("Too many requests: slow down a little and try again."),
+    503: gettext("The shop is briefly unavailable. Nothing was changed: try again in a moment.")
   };
-  var STATE_WORDS = { live: "Live now", scheduled: "Starting soon", paused: "Paused", ended: "Ended", draft: "Draft" };
+  var STATE_WORDS = { live: gettext("Live now"), scheduled: gettext("Starting soon"), paused: pgettext("campaign state", "Paused"), ended: pgettext("campaign state", "Ended"), draft: pgettext("campaign state", "Draft") };
   var COUPON_STATUS_WORDS = {
-    active: "Ready to use", held: "Held for an order", redeemed: "Used", expired: "Expired", revoked: "Cancelled"
+    active: pgettext("coupon status", "Ready to use"), held: gettext("Held for an order"), redeemed: gettext("Used"), expired: pgettext("coupon status", "Expired"), revoked: gettext("Cancelled")
   };
 
   var shopper = null; // {user_id, token, expires, ttl}
@@ -102,7 +112,7 @@
   }
 
   function httpWords(http, data) {
-    var words = HTTP_WORDS[http] || ("The shop answered HTTP " + http + ".");
+    var words = HTTP_WORDS[http] || fmt(gettext("The shop answered HTTP %(http)s."), { http: http });
     if (data && data.detail && http !== 0 && http !== 503) words += " " + data.detail;
     return words;
   }
@@ -178,15 +188,13 @@
 
   function showDemoUnavailable() {
     showShopper();
-    showNotice("The demo shopper is only available in development (DEBUG on, or COUPONS_DEMO_TOKENS=true): " +
-      "campaigns are shown, but grabbing and checkout need a shopper token, which a real shop mints in its own " +
-      "backend.", "warn");
+    showNotice(gettext("The demo shopper is only available in development (DEBUG on, or COUPONS_DEMO_TOKENS=true): campaigns are shown, but grabbing and checkout need a shopper token, which a real shop mints in its own backend."), "warn");
     renderCampaigns();
     renderCoupons();
   }
 
   function showShopper() {
-    $("shopper-id").textContent = demoUnavailable ? "no demo shopper" : shopper ? shopper.user_id : "…";
+    $("shopper-id").textContent = demoUnavailable ? gettext("no demo shopper") : shopper ? shopper.user_id : "…";
     $("new-shopper").disabled = demoUnavailable || !shopper;
     $("checkout-amount").disabled = demoUnavailable;
     $("checkout-code").disabled = demoUnavailable;
@@ -216,7 +224,7 @@
       }
       return ok;
     }).catch(function () {
-      showNotice("Could not get a demo shopper from the server: retrying…", "error");
+      showNotice(gettext("Could not get a demo shopper from the server: retrying…"), "error");
       window.setTimeout(function () { startShopper(false); }, 3000);
       return false;
     });
@@ -264,12 +272,14 @@
   function money(amount, currency) { return amount + " " + currency; }
 
   function dealText(item) {
-    var min = parseFloat(item.min_spend) > 0 ? " on orders of " + money(item.min_spend, item.currency) + " or more" : "";
+    var min = parseFloat(item.min_spend) > 0
+      ? fmt(gettext(" on orders of %(amount)s or more"), { amount: money(item.min_spend, item.currency) }) : "";
     if (item.discount_type === "percent") {
-      var cap = item.max_discount ? " (at most " + money(item.max_discount, item.currency) + ")" : "";
-      return parseFloat(item.discount_value) + "% off" + cap + min;
+      var cap = item.max_discount
+        ? fmt(gettext(" (at most %(amount)s)"), { amount: money(item.max_discount, item.currency) }) : "";
+      return fmt(gettext("%(percent)s%% off"), { percent: parseFloat(item.discount_value) }) + cap + min;
     }
-    return money(item.discount_value, item.currency) + " off" + min;
+    return fmt(gettext("%(amount)s off"), { amount: money(item.discount_value, item.currency) }) + min;
   }
 
   function duration(ms) {
@@ -277,10 +287,10 @@
     var d = Math.floor(s / 86400), h = Math.floor((s % 86400) / 3600), m = Math.floor((s % 3600) / 60);
     var sec = s % 60;
     var pad = function (n) { return (n < 10 ? "0" : "") + n; };
-    if (d > 0) return d + "d " + h + "h " + pad(m) + "m";
-    if (h > 0) return h + "h " + pad(m) + "m " + pad(sec) + "s";
-    if (m > 0) return m + "m " + pad(sec) + "s";
-    return sec + "s";
+    if (d > 0) return fmt(gettext("%(d)sd %(h)sh %(m)sm"), { d: d, h: h, m: pad(m) });
+    if (h > 0) return fmt(gettext("%(h)sh %(m)sm %(s)ss"), { h: h, m: pad(m), s: pad(sec) });
+    if (m > 0) return fmt(gettext("%(m)sm %(s)ss"), { m: m, s: pad(sec) });
+    return fmt(gettext("%(s)ss"), { s: sec });
   }
 
   // The state the page shows: the server's, moved on by the clock between two polls.
@@ -302,11 +312,12 @@
       bar: el("span", { className: "fill" }),
       countdown: el("p", { "data-testid": "countdown", className: "countdown" }),
       window: el("p", { "data-testid": "campaign-window", className: "window" }),
-      grab: el("button", { type: "button", "data-testid": "grab", className: "grab", text: "Grab" }),
+      grab: el("button", { type: "button", "data-testid": "grab", className: "grab", text: gettext("Grab") }),
       result: el("p", { "data-testid": "claim-result", className: "claim-result", "aria-live": "polite" })
     };
-    var stock = el("p", { className: "stock" }, els.remaining, document.createTextNode(" of "), els.total,
-      document.createTextNode(" left"));
+    // "<remaining> of <total> left": the words around the two figures, in the page's language.
+    var stock = el("p", { className: "stock" }, els.remaining, document.createTextNode(pgettext("stock", " of ")),
+      els.total, document.createTextNode(pgettext("stock", " left")));
     var root = el("article", { className: "card", id: "campaign-" + c.id, "data-testid": "campaign",
       "data-campaign-id": String(c.id) },
       el("div", { className: "card-head" }, els.name, els.state),
@@ -340,21 +351,24 @@
     els.name.textContent = c.name;
     els.state.textContent = STATE_WORDS[state] || state;
     els.state.className = "badge " + state;
-    els.deal.textContent = dealText(c) + " · " + c.per_user_limit + " per shopper";
+    els.deal.textContent = dealText(c) + " · " + fmt(gettext("%(limit)s per shopper"), { limit: c.per_user_limit });
     els.remaining.textContent = c.remaining === null ? "?" : String(c.remaining);
     els.total.textContent = String(c.total_stock);
     var share = c.remaining === null || !c.total_stock ? 0 : Math.min(1, c.remaining / c.total_stock);
     els.bar.style.width = (share * 100).toFixed(1) + "%";
     var t = now();
-    if (state === "scheduled") els.countdown.textContent = "Opens in " + duration(Date.parse(c.starts_at) - t);
-    else if (state === "ended") els.countdown.textContent = "Ended";
-    else els.countdown.textContent = "Ends in " + duration(Date.parse(c.ends_at) - t);
-    els.window.textContent = new Date(c.starts_at).toLocaleString() + " → " + new Date(c.ends_at).toLocaleString();
+    if (state === "scheduled") {
+      els.countdown.textContent = fmt(gettext("Opens in %(time)s"), { time: duration(Date.parse(c.starts_at) - t) });
+    } else if (state === "ended") els.countdown.textContent = pgettext("campaign state", "Ended");
+    else els.countdown.textContent = fmt(gettext("Ends in %(time)s"), { time: duration(Date.parse(c.ends_at) - t) });
+    els.window.textContent = new Date(c.starts_at).toLocaleString(LANG) + " → " +
+      new Date(c.ends_at).toLocaleString(LANG);
     var soldOut = c.remaining === 0;
     if (!els.grab.dataset.busy) {
       els.grab.disabled = demoUnavailable || !shopper || state !== "live" || soldOut;
-      els.grab.textContent = soldOut ? "Sold out" : state === "scheduled" ? "Not open yet"
-        : state === "paused" ? "Paused" : state === "ended" ? "Ended" : "Grab";
+      els.grab.textContent = soldOut ? gettext("Sold out") : state === "scheduled" ? gettext("Not open yet")
+        : state === "paused" ? pgettext("campaign state", "Paused")
+        : state === "ended" ? pgettext("campaign state", "Ended") : gettext("Grab");
     }
   }
 
@@ -371,8 +385,8 @@
         campaigns = answer.data.results;
         error.hidden = true;
       } else {
-        error.textContent = "Can't load the campaigns right now: " + httpWords(answer.http, answer.data) +
-          " Retrying…";
+        error.textContent = fmt(gettext("Can't load the campaigns right now: %(why)s Retrying…"),
+          { why: httpWords(answer.http, answer.data) });
         error.hidden = false;
       }
       renderCampaigns();
@@ -383,7 +397,7 @@
     var key = "grab-" + randomId(); // one key per click: a network retry of this click can't claim twice
     els.grab.dataset.busy = "1";
     els.grab.disabled = true;
-    els.grab.textContent = "Grabbing…";
+    els.grab.textContent = gettext("Grabbing…");
     els.result.className = "claim-result";
     els.result.textContent = "";
     api("POST", "/campaigns/" + campaignId + "/claim", { idempotencyKey: key }).then(function (answer) {
@@ -395,7 +409,7 @@
         followClaim(data.claim_id, els);
       } else if (answer.http === 200) {
         els.result.className = "claim-result refused";
-        els.result.textContent = (CLAIM_WORDS[data.status] || "Not claimed.") + " [" + slug(200, data) + "]";
+        els.result.textContent = (CLAIM_WORDS[data.status] || gettext("Not claimed.")) + " [" + slug(200, data) + "]";
       } else {
         els.result.className = "claim-result error";
         els.result.textContent = httpWords(answer.http, data) + " [" + slug(answer.http, data) + "]";
@@ -417,27 +431,29 @@
         if (!shopper || shopper.user_id !== owner) return;
         if (answer.http === 404) {
           els.result.className = "claim-result error";
-          els.result.textContent = "This claim is unknown to the shop (" + claimId + ").";
+          els.result.textContent = fmt(gettext("This claim is unknown to the shop (%(claim)s)."), { claim: claimId });
           return;
         }
         if (answer.http === 200 && data.status === "issued" && data.coupon) {
           els.result.className = "claim-result ok";
-          els.result.textContent = "Coupon " + data.coupon.code + " is yours: see My coupons.";
+          els.result.textContent = fmt(gettext("Coupon %(code)s is yours: see My coupons."), { code: data.coupon.code });
           els.result.dataset.couponCode = data.coupon.code;
           refreshCoupons();
           return;
         }
         if (answer.http === 200 && (data.status === "cancelled" || data.status === "failed")) {
           els.result.className = "claim-result refused";
-          els.result.textContent = "The claim was " + data.status + ": no coupon was issued.";
+          els.result.textContent = data.status === "cancelled" ? gettext("The claim was cancelled: no coupon was issued.")
+            : gettext("The claim failed: no coupon was issued.");
           return;
         }
         if (Date.now() - started > CLAIM_POLL_GIVE_UP_MS) {
-          els.result.textContent = "Your coupon is still being issued (claim " + claimId + "); it will appear " +
-            "under My coupons once it is.";
+          els.result.textContent = fmt(gettext("Your coupon is still being issued (claim %(claim)s); it will appear under My coupons once it is."), { claim: claimId });
           return;
         }
-        if (answer.http === 200) els.result.textContent = "Claimed! Issuing your coupon… (claim " + claimId + ")";
+        if (answer.http === 200) {
+          els.result.textContent = fmt(gettext("Claimed! Issuing your coupon… (claim %(claim)s)"), { claim: claimId });
+        }
         window.setTimeout(poll, CLAIM_POLL_MS);
       });
     };
@@ -448,7 +464,7 @@
 
   function campaignName(id) {
     for (var i = 0; i < campaigns.length; i++) if (campaigns[i].id === id) return campaigns[i].name;
-    return "Campaign #" + id;
+    return fmt(gettext("Campaign #%(id)s"), { id: id });
   }
 
   function refreshCoupons() {
@@ -466,7 +482,7 @@
     var body = $("coupons-body");
     body.textContent = "";
     coupons.forEach(function (c) {
-      var use = el("button", { type: "button", className: "link", "data-testid": "use-coupon", text: "Use" });
+      var use = el("button", { type: "button", className: "link", "data-testid": "use-coupon", text: gettext("Use") });
       use.disabled = c.status !== "active";
       use.addEventListener("click", function () {
         $("checkout-coupon").value = c.code;
@@ -480,13 +496,13 @@
         el("td", { text: campaignName(c.campaign_id) }),
         el("td", { text: dealText(c) }),
         el("td", {}, status),
-        el("td", { text: c.expires_at ? new Date(c.expires_at).toLocaleString() : "" }),
+        el("td", { text: c.expires_at ? new Date(c.expires_at).toLocaleString(LANG) : "" }),
         el("td", {}, use)));
     });
     $("coupons").hidden = coupons.length === 0;
     $("coupons-empty").hidden = coupons.length > 0;
-    $("coupons-empty").textContent = demoUnavailable ? "Coupons need a demo shopper (development only)."
-      : "No coupons yet: grab one above.";
+    $("coupons-empty").textContent = demoUnavailable ? gettext("Coupons need a demo shopper (development only).")
+      : gettext("No coupons yet: grab one above.");
     renderCheckoutChoices();
   }
 
@@ -505,7 +521,7 @@
     var usable = usableCoupons();
     select.textContent = "";
     if (usable.length === 0) {
-      select.appendChild(el("option", { value: "", text: "No usable coupon yet" }));
+      select.appendChild(el("option", { value: "", text: gettext("No usable coupon yet") }));
     }
     usable.forEach(function (c) {
       select.appendChild(el("option", { value: c.code, text: c.code + " · " + dealText(c) }));
@@ -552,13 +568,13 @@
     var amount = $("checkout-amount").value.trim();
     if (!code) return;
     if (!amount) {
-      showCheckoutResult("refused", "Type the order amount first, e.g. 350.00.", "");
+      showCheckoutResult("refused", gettext("Type the order amount first, e.g. 350.00."), "");
       return;
     }
     var form = $("checkout");
     form.dataset.busy = "1";
     $("checkout-submit").disabled = true;
-    $("checkout-submit").textContent = "Paying…";
+    $("checkout-submit").textContent = gettext("Paying…");
     var order = { order_id: "demo-" + Date.now() + "-" + randomId().slice(0, 6), order_amount: amount,
       currency: currency };
     // One Idempotency-Key per click: a retry of this click can't use the coupon twice.
@@ -566,26 +582,27 @@
       { body: order, idempotencyKey: "pay-" + randomId() }).then(function (answer) {
       var data = answer.data;
       if (answer.http === 200 && data.code === 0) {
-        showCheckoutResult("ok", USE_WORDS.redeemed + " Order " + order.order_id + ".", slug(200, data), {
+        showCheckoutResult("ok", USE_WORDS.redeemed + " " + fmt(gettext("Order %(order)s."), { order: order.order_id }), slug(200, data), {
           order: money(amount, currency),
           discount: money(data.discount, currency),
           payable: money(data.payable, currency)
         });
       } else if (answer.http === 200) {
-        var words = USE_WORDS[data.status] || data.detail || "The coupon was not applied.";
+        var words = USE_WORDS[data.status] || data.detail || gettext("The coupon was not applied.");
         if (data.status === "min_spend_not_met" && coupon) {
-          words = "The order is below this coupon's minimum spend of " + money(coupon.min_spend, coupon.currency) +
-            ": add " + money((parseFloat(coupon.min_spend) - parseFloat(amount)).toFixed(2), coupon.currency) +
-            " more to use it.";
+          words = fmt(gettext("The order is below this coupon's minimum spend of %(spend)s: add %(missing)s more to use it."), {
+            spend: money(coupon.min_spend, coupon.currency),
+            missing: money((parseFloat(coupon.min_spend) - parseFloat(amount)).toFixed(2), coupon.currency)
+          });
           if (isNaN(parseFloat(amount))) words = USE_WORDS.min_spend_not_met;
         }
-        showCheckoutResult("refused", words + " Nothing was charged.", slug(200, data));
+        showCheckoutResult("refused", words + " " + gettext("Nothing was charged."), slug(200, data));
       } else {
         showCheckoutResult("error", httpWords(answer.http, data), slug(answer.http, data));
       }
     }).finally(function () {
       delete form.dataset.busy;
-      $("checkout-submit").textContent = "Pay with coupon";
+      $("checkout-submit").textContent = gettext("Pay with coupon");
       refreshCoupons().then(onCouponChosen);
     });
   }
@@ -604,7 +621,7 @@
     body.textContent = "";
     CART.forEach(function (line, index) {
       var quantity = el("input", { type: "number", min: "1", max: "99", value: String(line.quantity),
-        "data-testid": "cart-quantity", "aria-label": "Quantity of " + line.sku });
+        "data-testid": "cart-quantity", "aria-label": fmt(gettext("Quantity of %(sku)s"), { sku: line.sku }) });
       quantity.addEventListener("change", function () {
         line.quantity = Math.max(1, parseInt(quantity.value, 10) || 1);
         cartBest = null;
@@ -636,10 +653,10 @@
       list.textContent = "";
       answer.data.coupons.forEach(function (c) {
         list.appendChild(el("li", { "data-testid": "cart-coupon", "data-code": c.code, "data-status": c.status,
-          text: c.code + ": " + (c.applicable ? money(c.discount, "CNY") + " off" : c.status) }));
+          text: c.code + ": " + (c.applicable ? fmt(gettext("%(amount)s off"), { amount: money(c.discount, "CNY") }) : c.status) }));
       });
       cartBest = answer.data.best;
-      $("cart-best-codes").textContent = cartBest.codes.join(" + ") || "none";
+      $("cart-best-codes").textContent = cartBest.codes.join(" + ") || gettext("none");
       $("cart-best-discount").textContent = money(cartBest.discount, "CNY");
       $("cart-best-payable").textContent = money(cartBest.payable, "CNY");
       $("cart-message").textContent = "";
@@ -663,7 +680,7 @@
         }).then(function (answer) {
           if (answer.http === 200 && answer.data.code === 0) { last = answer.data; return true; }
           $("cart-message").textContent = code + ": " + (USE_WORDS[(answer.data || {}).status] ||
-            httpWords(answer.http, answer.data)) + " Nothing was charged.";
+            httpWords(answer.http, answer.data)) + " " + gettext("Nothing was charged.");
           return false;
         });
       });
@@ -677,8 +694,8 @@
       return Promise.all(codes.map(function (code) {
         return api("POST", "/coupons/" + encodeURIComponent(code) + "/confirm", { body: { order_id: orderId } });
       })).then(function () {
-        $("cart-message").textContent = "Paid " + money(last.payable, "CNY") + " for order " + orderId + " with " +
-          codes.join(" + ") + ".";
+        $("cart-message").textContent = fmt(gettext("Paid %(amount)s for order %(order)s with %(codes)s."),
+          { amount: money(last.payable, "CNY"), order: orderId, codes: codes.join(" + ") });
         $("cart-message").dataset.payable = last.payable;
       });
     }).finally(function () {

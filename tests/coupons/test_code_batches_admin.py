@@ -2,7 +2,6 @@
 (streamed), the all-or-nothing upload; staff only."""
 from __future__ import annotations
 
-import asyncio
 import csv
 import http.client
 import io
@@ -20,6 +19,7 @@ from coupons.code_batches import code_batch_create, code_batch_generate
 from coupons.models import CodeBatch, CodeBatchState, UniqueCode
 from coupons.unique_codes import forget_imported_codes
 
+from ..conftest import run_coroutine
 from ..factories import CampaignFactory
 from .code_helpers import batch_codes, codes_campaign
 
@@ -219,7 +219,7 @@ def test_the_asgi_adapter_sends_parts_as_more_body_messages_and_closes_them() ->
         sent.append(message)
 
     scope = {"type": "http", "method": "GET", "path": "/x", "raw_path": b"/x", "query_string": b"", "headers": []}
-    asyncio.run(asgi(App())(scope, receive, send))
+    run_coroutine(asgi(App())(scope, receive, send))
 
     assert [m.get("body") for m in sent[1:]] == [b"a,", b"b\n", b""]
     assert [m.get("more_body", False) for m in sent[1:]] == [True, True, False] and closed == [True]

@@ -275,3 +275,30 @@ def test_every_management_command_help_is_translated(name: str) -> None:
     assert len(english) == len(chinese)
     untranslated = [text for text, shown in zip(english, chinese, strict=True) if text == shown]
     assert untranslated == [], f"{name}: help shown in English under zh-hans: {untranslated}"
+
+
+def test_a_command_prints_for_operators_in_the_language_active(db: object) -> None:
+    """manage.py runs in settings.LANGUAGE_CODE (DJANGO_LANGUAGE_CODE): its lines for operators follow it,
+    while what machines read (JSON lines, the CSV's header) stays as the contract says."""
+    from io import StringIO
+
+    from django.core.management import call_command
+    from django.utils import translation
+
+    out = StringIO()
+    with translation.override("zh-hans"):
+        call_command("replay_events", "--check", stdout=out)
+    assert out.getvalue().strip() == "已检查 0 张优惠券，0 张与其事件不一致"
+
+
+def test_a_refusal_an_operator_reads_is_in_the_language_active(db: object) -> None:
+    from django.core.exceptions import ValidationError
+    from django.utils import translation
+
+    from .factories import CampaignFactory
+
+    campaign = CampaignFactory.build(currency="XYZ")
+    for language, text in (("zh-hans", "未知币种"), ("en", "Unknown currency")):
+        with translation.override(language), pytest.raises(ValidationError) as refused:
+            campaign.clean()
+        assert text in refused.value.message_dict["currency"][0]

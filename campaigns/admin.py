@@ -354,8 +354,13 @@ class CampaignAdmin(CampaignReportMixin):
                 continue
             summary = "balanced" if record.balanced else "DRIFT: " + "; ".join(record.problems)
             repairs = f" Repaired: {'; '.join(record.repairs)}." if record.repairs else ""
-            self.log_change(request, campaign, f"Reconciled: {summary}.{repairs}")
-            self.message_user(request, f"{campaign}: {summary}.{repairs}",
+            self.log_change(request, campaign, f"Reconciled: {summary}.{repairs}")  # the history: one language
+            # The operator's message in their language (the record's problems and repairs are stored English).
+            shown = _("balanced") if record.balanced else _("DRIFT: %(problems)s") % {
+                "problems": "; ".join(record.problems)}
+            shown_repairs = (" " + _("Repaired: %(repairs)s.") % {"repairs": "; ".join(record.repairs)}
+                             if record.repairs else "")
+            self.message_user(request, f"{campaign}: {shown}.{shown_repairs}",
                               messages.SUCCESS if record.balanced else messages.WARNING)
         return None
 

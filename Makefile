@@ -45,7 +45,7 @@ bench: $(STAMP)
 # djangojs.po from the strings marked in the code, templates and static/storefront/app.js; translate the new
 # msgids in zh_Hans, commit the .po. The .mo are compiled by `make run` / `make test` (devstack) and the image.
 # Needs Debian's gettext (apt-get install gettext).
-MESSAGES_ARGS := -l en -l zh_Hans --no-location --ignore 'var/*' --ignore 'tests/*' --ignore 'bench/*' --ignore 'docs/*'
+MESSAGES_ARGS := -l en -l zh_Hans --no-location --no-wrap --ignore 'var/*' --ignore 'tests/*' --ignore 'bench/*' --ignore 'docs/*'
 messages: $(STAMP)
 	DJANGO_SETTINGS_MODULE=config.settings.base $(PY) manage.py makemessages $(MESSAGES_ARGS)
 	DJANGO_SETTINGS_MODULE=config.settings.base $(PY) manage.py makemessages -d djangojs $(MESSAGES_ARGS)

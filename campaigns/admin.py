@@ -13,6 +13,7 @@ from django.http import Http404, HttpRequest
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path
 from django.utils import timezone
+from django.utils.formats import date_format
 from django.utils.translation import gettext_lazy as _
 
 from core.errors import ApplicationError
@@ -222,8 +223,8 @@ class CampaignAdmin(CampaignReportMixin):
     @admin.display(description=_("window (operator's zone)"), ordering="starts_at")
     def window(self, campaign: Campaign) -> str:
         start, end = timezone.localtime(campaign.starts_at), timezone.localtime(campaign.ends_at)
-        end_format = "%H:%M" if start.date() == end.date() else "%Y-%m-%d %H:%M"
-        return f"{start:%Y-%m-%d %H:%M} → {end.strftime(end_format)}"
+        end_format = "TIME_FORMAT" if start.date() == end.date() else "SHORT_DATETIME_FORMAT"
+        return f"{date_format(start, 'SHORT_DATETIME_FORMAT')} → {date_format(end, end_format)}"  # the page's language
 
     def has_delete_permission(self, request: HttpRequest, obj: Campaign | None = None) -> bool:
         # A published campaign has claims, coupons and an audit log: it ends, it is never deleted.
@@ -261,7 +262,7 @@ class CampaignAdmin(CampaignReportMixin):
             remaining = remaining_of([campaign])[campaign.pk]
             backlog: int | str = ledger.backlog_sizes([campaign.pk]).get(campaign.pk, 0)
         except StoreUnavailable:
-            remaining, backlog = None, "Redis unavailable"
+            remaining, backlog = None, str(_("Redis unavailable"))
         timeline = claims_timeline(campaign)
         return {
             "remaining": remaining,
@@ -353,8 +354,13 @@ class CampaignAdmin(CampaignReportMixin):
                 continue
             summary = "balanced" if record.balanced else "DRIFT: " + "; ".join(record.problems)
             repairs = f" Repaired: {'; '.join(record.repairs)}." if record.repairs else ""
-            self.log_change(request, campaign, f"Reconciled: {summary}.{repairs}")
-            self.message_user(request, f"{campaign}: {summary}.{repairs}",
+            self.log_change(request, campaign, f"Reconciled: {summary}.{repairs}")  # the history: one language
+            # The operator's message in their language (the record's problems and repairs are stored English).
+            shown = _("balanced") if record.balanced else _("DRIFT: %(problems)s") % {
+                "problems": "; ".join(record.problems)}
+            shown_repairs = (" " + _("Repaired: %(repairs)s.") % {"repairs": "; ".join(record.repairs)}
+                             if record.repairs else "")
+            self.message_user(request, f"{campaign}: {shown}.{shown_repairs}",
                               messages.SUCCESS if record.balanced else messages.WARNING)
         return None
 

@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 from django.db import transaction
 from django.utils import timezone
+from django.utils.translation import gettext
 
 from core.errors import ApplicationError, Conflict, Unavailable
 
@@ -50,33 +51,34 @@ def operator_time(moment: datetime) -> str:
 
 def check_new_end(*, campaign: Campaign, new_end: datetime, now: datetime) -> None:
     """Raise InvalidExtension unless `campaign` may end at `new_end` instead of its current end."""
-    name = f"Campaign #{campaign.pk}"
+    values = {"id": campaign.pk, "new_end": operator_time(new_end), "end": operator_time(campaign.ends_at)}
     if campaign.published_at is None:
-        raise InvalidExtension(f"{name} is a draft: change its end in its form. Only published campaigns are extended.")
+        raise InvalidExtension(gettext("Campaign #%(id)s is a draft: change its end in its form. Only published "
+                                       "campaigns are extended.") % values)
     if now >= campaign.ends_at:
         raise InvalidExtension(
-            f"{name} ended at {operator_time(campaign.ends_at)}; an ended campaign can't be extended "
-            "(create a new campaign to sell again)."
+            gettext("Campaign #%(id)s ended at %(end)s; an ended campaign can't be extended (create a new campaign "
+                    "to sell again).") % values
         )
     if new_end <= campaign.ends_at:
         raise InvalidExtension(
-            f"The new end ({operator_time(new_end)}) must be later than the current end "
-            f"({operator_time(campaign.ends_at)})."
+            gettext("The new end (%(new_end)s) must be later than the current end (%(end)s).") % values
         )
     if new_end - campaign.ends_at > MAX_EXTENSION:
         raise InvalidExtension(
-            f"The new end ({operator_time(new_end)}) is more than 365 days after the current end; the latest "
-            f"allowed is {operator_time(campaign.ends_at + MAX_EXTENSION)}."
+            gettext("The new end (%(new_end)s) is more than 365 days after the current end; the latest allowed is "
+                    "%(latest)s.") % {**values, "latest": operator_time(campaign.ends_at + MAX_EXTENSION)}
         )
     if new_end <= campaign.starts_at:
         raise InvalidExtension(
-            f"The new end ({operator_time(new_end)}) must be later than the start "
-            f"({operator_time(campaign.starts_at)})."
+            gettext("The new end (%(new_end)s) must be later than the start (%(start)s).")
+            % {**values, "start": operator_time(campaign.starts_at)}
         )
     if campaign.valid_until is not None and new_end > campaign.valid_until:
         raise InvalidExtension(
-            f"Coupons of {name} are valid until {operator_time(campaign.valid_until)}: the campaign can't sell "
-            "coupons past their validity, so it can't end later than that."
+            gettext("Coupons of campaign #%(id)s are valid until %(valid_until)s: the campaign can't sell coupons "
+                    "past their validity, so it can't end later than that.")
+            % {**values, "valid_until": operator_time(campaign.valid_until)}
         )
 
 
@@ -101,9 +103,9 @@ def _move_in_redis(campaign: Campaign, *, old_end: datetime, new_end: datetime) 
     if result in (ExtendCode.CONFLICT, ExtendCode.NOT_LATER):
         held = operator_time(datetime.fromtimestamp(ends_ms / 1000, tz=UTC))
         raise ExtensionConflict(
-            f"Redis holds another end for campaign #{campaign.pk} ({held}) than PostgreSQL: one was changed "
-            f"without the other. Nothing was changed; reload its settings with `manage.py preheat {campaign.pk}` "
-            "and try again."
+            gettext("Redis holds another end for campaign #%(id)s (%(held)s) than PostgreSQL: one was changed "
+                    "without the other. Nothing was changed; reload its settings with `manage.py preheat %(id)s` "
+                    "and try again.") % {"id": campaign.pk, "held": held}
         )
     return result
 
@@ -119,7 +121,7 @@ def campaign_extend_end(*, campaign: Campaign, new_end: datetime, actor: str) ->
     or Unavailable; in every case nothing was changed.
     """
     if not isinstance(new_end, datetime) or timezone.is_naive(new_end):
-        raise InvalidExtension("The new end needs a time zone (an aware datetime).")
+        raise InvalidExtension(gettext("The new end needs a time zone (an aware datetime)."))
     new_end = new_end.astimezone(UTC)
     with transaction.atomic():
         campaign = Campaign.objects.select_for_update().get(pk=campaign.pk)

@@ -12,8 +12,8 @@ from django.core.validators import MinValueValidator
 from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
+from django.utils.translation import gettext, pgettext_lazy
 from django.utils.translation import gettext_lazy as _
-from django.utils.translation import pgettext_lazy
 
 from core.i18n import StrOrPromise
 
@@ -212,13 +212,13 @@ class Campaign(models.Model):
         if not self.code:
             return None
         if self.kind != CampaignKind.CODES:
-            return "Only a codes campaign has a shared code."
+            return gettext("Only a codes campaign has a shared code.")
         code = shared_code_form(self.code)
         if code is None:
-            return "A shared code is 4-32 of A-Z, 0-9 and '-' (case does not count)."
+            return gettext("A shared code is 4-32 of A-Z, 0-9 and '-' (case does not count).")
         others = Campaign.objects.with_shared_code(code, at=timezone.now()).exclude(pk=self.pk)
         if self.ends_at is not None and self.ends_at > timezone.now() and others.exists():
-            return f"The code {code} belongs to another campaign that has not ended."
+            return gettext("The code %(code)s belongs to another campaign that has not ended.") % {"code": code}
         return None
 
     def clean(self) -> None:
@@ -229,21 +229,22 @@ class Campaign(models.Model):
         if conflict:
             errors["code"] = conflict
         if self.starts_at and self.ends_at and self.starts_at >= self.ends_at:
-            errors["ends_at"] = "The campaign must end after it starts."
+            errors["ends_at"] = gettext("The campaign must end after it starts.")
         if self.discount_type == DiscountType.PERCENT and self.discount_value and self.discount_value > 100:
-            errors["discount_value"] = "A percentage discount is at most 100."
+            errors["discount_value"] = gettext("A percentage discount is at most 100.")
         if (self.valid_until is None) == (self.valid_days is None):
-            errors["valid_days"] = "Give either an absolute validity (valid until) or a number of days, not both."
+            errors["valid_days"] = gettext("Give either an absolute validity (valid until) or a number of days, "
+                                           "not both.")
         if self.valid_until and self.ends_at and self.valid_until < self.ends_at:
-            errors["valid_until"] = "Coupons must stay valid at least until the campaign ends."
+            errors["valid_until"] = gettext("Coupons must stay valid at least until the campaign ends.")
         if self.valid_from and (self.valid_until is None or self.valid_from >= self.valid_until):
-            errors["valid_from"] = "valid from needs a later valid until (absolute validity)."
+            errors["valid_from"] = gettext("valid from needs a later valid until (absolute validity).")
         if self.discount_type == DiscountType.FIXED and self.max_discount is not None:
-            errors["max_discount"] = "A cap applies to percentage discounts only."
+            errors["max_discount"] = gettext("A cap applies to percentage discounts only.")
         errors.update(self._scope_errors())
         places = MINOR_UNITS.get(self.currency)
         if places is None:
-            errors["currency"] = "Unknown currency: use an ISO 4217 code such as CNY, USD, EUR, JPY."
+            errors["currency"] = gettext("Unknown currency: use an ISO 4217 code such as CNY, USD, EUR, JPY.")
         else:
             amounts = ["max_discount", "min_spend", "order_cap"]
             if self.discount_type == DiscountType.FIXED:
@@ -252,7 +253,8 @@ class Campaign(models.Model):
             for name in amounts:
                 value = getattr(self, name)
                 if value is not None and value != value.quantize(unit):
-                    errors[name] = f"{self.currency} amounts have at most {places} decimals."
+                    errors[name] = gettext("%(currency)s amounts have at most %(places)s decimals.") % {
+                        "currency": self.currency, "places": places}
         if errors:
             raise ValidationError(errors)
 
@@ -263,26 +265,27 @@ class Campaign(models.Model):
             values = getattr(self, name) or []
             bad = [value for value in values if not (isinstance(value, str) and SCOPE_NAME_RE.fullmatch(value))]
             if bad:
-                errors[name] = f"Names are 1-64 of A-Z a-z 0-9 _ . : / - (not {bad[0]!r})."
+                errors[name] = gettext("Names are 1-64 of A-Z a-z 0-9 _ . : / - (not %(name)s).") % {
+                    "name": repr(bad[0])}
             elif len(values) > SCOPE_LIST_MAX:
-                errors[name] = f"At most {SCOPE_LIST_MAX} names."
+                errors[name] = gettext("At most %(max)s names.") % {"max": SCOPE_LIST_MAX}
             else:
                 setattr(self, name, sorted(set(values)))
         ids = sorted(set(self.combinable_with or []))
         self.combinable_with = ids
         if ids and self.exclusive:
-            errors["combinable_with"] = "An exclusive campaign combines with no other: leave this empty."
+            errors["combinable_with"] = gettext("An exclusive campaign combines with no other: leave this empty.")
         elif self.pk is not None and self.pk in ids:
-            errors["combinable_with"] = "A campaign's coupons never share an order with each other."
+            errors["combinable_with"] = gettext("A campaign's coupons never share an order with each other.")
         elif len(ids) > SCOPE_LIST_MAX:
-            errors["combinable_with"] = f"At most {SCOPE_LIST_MAX} campaigns."
+            errors["combinable_with"] = gettext("At most %(max)s campaigns.") % {"max": SCOPE_LIST_MAX}
         elif ids:
             known = set(Campaign.objects.filter(pk__in=ids).values_list("pk", flat=True))
             unknown = [i for i in ids if i not in known]
             if unknown:
-                errors["combinable_with"] = f"No campaign #{unknown[0]}."
+                errors["combinable_with"] = gettext("No campaign #%(id)s.") % {"id": unknown[0]}
         if self.order_cap is not None and self.order_cap <= 0:
-            errors["order_cap"] = "An order cap is positive (empty: none)."
+            errors["order_cap"] = gettext("An order cap is positive (empty: none).")
         return errors
 
     @property

@@ -13,6 +13,7 @@ from django.db.models import F
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 from django.utils import timezone
+from django.utils.translation import gettext
 
 from core.errors import Unavailable
 from core.locks import AdvisoryLock
@@ -256,11 +257,12 @@ def campaign_add_stock(*, campaign: Campaign, quantity: int, actor: str) -> Camp
     first (the stock is never guessed). Raise InvalidCampaign, CampaignStateLost or Unavailable.
     """
     if isinstance(quantity, bool) or not isinstance(quantity, int) or not 1 <= quantity <= MAX_STOCK_ADDED:
-        raise InvalidCampaign({"quantity": [f"Add between 1 and {MAX_STOCK_ADDED:,} coupons."]})
+        added = gettext("Add between 1 and %(max)s coupons.") % {"max": f"{MAX_STOCK_ADDED:,}"}
+        raise InvalidCampaign({"quantity": [added]})
     with transaction.atomic():
         campaign = Campaign.objects.select_for_update().get(pk=campaign.pk)
         if campaign.state_at(timezone.now()) == CampaignState.ENDED:
-            raise InvalidCampaign({"quantity": ["The campaign has ended: stock can't be added any more."]})
+            raise InvalidCampaign({"quantity": [gettext("The campaign has ended: stock can't be added any more.")]})
         Campaign.objects.filter(pk=campaign.pk).update(total_stock=F("total_stock") + quantity,
                                                        updated_at=timezone.now())
         stock = None

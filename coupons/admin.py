@@ -19,6 +19,7 @@ from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
+from django.utils.text import format_lazy
 from django.utils.translation import gettext_lazy as _
 
 from campaigns.models import Campaign
@@ -143,7 +144,7 @@ class CouponEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
 class GenerateCodesForm(forms.Form):
     count = forms.IntegerField(label=_("Codes"), min_value=1, max_value=MAX_COUNT,
-                               help_text=f"How many unique codes, 1 to {MAX_COUNT:,}.")
+                               help_text=format_lazy(_("How many unique codes, 1 to {max}."), max=f"{MAX_COUNT:,}"))
     code_prefix = forms.CharField(label=_("Prefix"), required=False, max_length=16,
                              help_text=_("Optional: 1-16 letters and digits before each code, e.g. SPRING."))
 
@@ -310,7 +311,8 @@ class CodeBatchAdmin(NoAddNoDeleteMixin, admin.ModelAdmin):
         else:
             form = ImportCodesForm()
         context = {**self.admin_site.each_context(request), "opts": self.model._meta,
-                   "title": f"Import unique codes into {campaign}", "campaign": campaign, "form": form,
+                   "title": _("Import unique codes into %(campaign)s") % {"campaign": campaign},
+                   "campaign": campaign, "form": form,
                    "refused": refused, "problems": problems[:PROBLEMS_SHOWN], "more": max(0, len(problems) -
                                                                                            PROBLEMS_SHOWN)}
         return TemplateResponse(request, "admin/coupons/codebatch/import.html", context)

@@ -20,6 +20,7 @@ from celery import current_app
 from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Sum
 from django.utils import timezone
+from django.utils.translation import gettext, ngettext
 
 from campaigns.models import Campaign, CampaignKind
 from core.errors import BadRequest, Conflict
@@ -49,16 +50,18 @@ _COPY = "COPY coupons_uniquecode (code, campaign_id, batch_id) FROM STDIN"  # cr
 def check_codes_campaign(campaign: Campaign) -> None:
     """Refuse a campaign that cannot hold unique codes (a grab campaign, or one with a shared code)."""
     if campaign.kind != CampaignKind.CODES:
-        raise Conflict(f"{campaign} is a {campaign.kind} campaign: unique codes belong to codes campaigns.")
+        raise Conflict(gettext("%(campaign)s is a grab campaign: unique codes belong to codes campaigns.")
+                       % {"campaign": campaign})
     if campaign.code:
-        raise Conflict(f"{campaign} has the shared code {campaign.code}: unique codes need a campaign without one.")
+        raise Conflict(gettext("%(campaign)s has the shared code %(code)s: unique codes need a campaign without one.")
+                       % {"campaign": campaign, "code": campaign.code})
 
 
 def check_prefix(prefix: str) -> str:
     """Return the prefix upper-cased; refuse one that is not 1-16 of [A-Z0-9] (empty: no prefix)."""
     prefix = prefix.strip().upper()
     if prefix and not PREFIX_RE.fullmatch(prefix):
-        raise BadRequest(f"prefix: 1-16 letters and digits, got {prefix!r}")
+        raise BadRequest(gettext("prefix: 1-16 letters and digits, got %(prefix)s") % {"prefix": repr(prefix)})
     return prefix
 
 
@@ -79,10 +82,12 @@ def code_batch_create(*, campaign: Campaign, count: int, prefix: str = "", creat
     check_codes_campaign(campaign)
     prefix = check_prefix(prefix)
     if not 1 <= count <= MAX_COUNT:
-        raise BadRequest(f"count: 1 to {MAX_COUNT:,} codes, got {count:,}")
+        raise BadRequest(gettext("count: 1 to %(max)s codes, got %(count)s")
+                         % {"max": f"{MAX_COUNT:,}", "count": f"{count:,}"})
     left = serials_left()
     if count > left:
-        raise Conflict(f"count: only {max(left, 0):,} more unique codes can be generated (the serials' capacity).")
+        raise Conflict(gettext("count: only %(left)s more unique codes can be generated (the serials' capacity).")
+                       % {"left": f"{max(left, 0):,}"})
     return CodeBatch.objects.create(campaign=campaign, source=CodeBatchSource.GENERATED, prefix=prefix,
                                     requested=count, created_by=created_by[:150])
 
@@ -106,7 +111,7 @@ def code_batch_generate(*, batch_id: int, chunk: int = CHUNK,
     failed (with the error) and the error raised; a rerun resumes it. Call outside any transaction.
     """
     if not CodeBatch.objects.filter(pk=batch_id, source=CodeBatchSource.GENERATED).exists():
-        raise BadRequest(f"no generated batch {batch_id}")
+        raise BadRequest(gettext("no generated batch %(id)s") % {"id": batch_id})
     try:
         while True:
             with transaction.atomic():
@@ -163,14 +168,16 @@ class ImportProblem:
     problem: str
 
     def __str__(self) -> str:
-        return f"line {self.line}: {self.text!r}: {self.problem}"
+        return gettext("line %(line)s: %(text)s: %(problem)s") % {"line": self.line, "text": repr(self.text),
+                                                                  "problem": self.problem}
 
 
 class CodesImportRefused(BadRequest):
     """An import with at least one bad line: nothing was imported; `problems` lists every bad line."""
 
     def __init__(self, problems: list[ImportProblem]) -> None:
-        super().__init__(f"nothing imported: {len(problems)} bad line(s)")
+        super().__init__(ngettext("nothing imported: %(count)s bad line", "nothing imported: %(count)s bad lines",
+                                  len(problems)) % {"count": len(problems)})
         self.problems = problems
 
 
@@ -203,20 +210,22 @@ def code_batch_import(*, campaign: Campaign, lines: Iterable[str], created_by: s
         if not text:
             continue
         if not IMPORTED_CODE_RE.fullmatch(text):
-            problems.append(ImportProblem(number, raw.strip()[:60], "not 4-40 of A-Z, 0-9 and '-'"))
+            problems.append(ImportProblem(number, raw.strip()[:60], gettext("not 4-40 of A-Z, 0-9 and '-'")))
         elif text in first_line:
-            problems.append(ImportProblem(number, text, f"duplicate of line {first_line[text]}"))
+            problems.append(ImportProblem(number, text,
+                                          gettext("duplicate of line %(line)s") % {"line": first_line[text]}))
         elif canonical_unique_code(text) is not None:
-            problems.append(ImportProblem(number, text, "has the form of a generated code: generate codes instead"))
+            problems.append(ImportProblem(number, text,
+                                          gettext("has the form of a generated code: generate codes instead")))
         else:
             first_line[text] = number
         if len(first_line) + len(problems) > MAX_COUNT:
-            raise BadRequest(f"a file of at most {MAX_COUNT:,} codes")
+            raise BadRequest(gettext("a file of at most %(max)s codes") % {"max": f"{MAX_COUNT:,}"})
     codes = list(first_line)
     for existing in _existing_codes(codes):
-        problems.append(ImportProblem(first_line[existing], existing, "already exists"))
+        problems.append(ImportProblem(first_line[existing], existing, gettext("already exists")))
     if not codes and not problems:
-        raise BadRequest("no code in the file")
+        raise BadRequest(gettext("no code in the file"))
     if problems:
         raise CodesImportRefused(sorted(problems, key=lambda p: p.line))
     try:
@@ -227,7 +236,8 @@ def code_batch_import(*, campaign: Campaign, lines: Iterable[str], created_by: s
             with connection.cursor() as cursor:
                 _copy_codes(cursor, (codes[i : i + COPY_BLOCK] for i in range(0, len(codes), COPY_BLOCK)), batch)
     except IntegrityError as exc:  # a code added by someone else since the check above
-        raise Conflict("a code of the file was added meanwhile; nothing imported, import the file again") from exc
+        raise Conflict(
+            gettext("a code of the file was added meanwhile; nothing imported, import the file again")) from exc
     forget_imported_codes()
     return batch
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from django.db import connection, transaction
 from django.db.models import Max
+from django.utils.translation import gettext
 
 from campaigns.models import Campaign, CampaignEvent, CampaignEventType
 from core.errors import ApplicationError
@@ -41,23 +42,27 @@ class InvalidValidityExtension(ApplicationError):
 def check_days(days: object) -> int:
     """Return `days` if it is a whole number of days from 1 to 365; else raise with a hint at the mistake."""
     if not isinstance(days, int) or isinstance(days, bool):
-        raise InvalidValidityExtension(f"Give the extension as a whole number of days, got {days!r}.")
+        raise InvalidValidityExtension(gettext("Give the extension as a whole number of days, got %(days)s.")
+                                       % {"days": repr(days)})
     if days == 0:
-        raise InvalidValidityExtension("Give at least 1 day: an extension by 0 days would change nothing.")
+        raise InvalidValidityExtension(gettext("Give at least 1 day: an extension by 0 days would change nothing."))
     if days < 0:
         raise InvalidValidityExtension(
-            f"Validity can only be extended: give a positive number of days (got {days})."
+            gettext("Validity can only be extended: give a positive number of days (got %(days)s).") % {"days": days}
         )
     if days > MAX_DAYS:
         if days % 86_400_000 == 0:
             raise InvalidValidityExtension(
-                f"{days} looks like milliseconds ({days // 86_400_000} days): give days, e.g. {days // 86_400_000}."
+                gettext("%(days)s looks like milliseconds (%(meant)s days): give days, e.g. %(meant)s.")
+                % {"days": days, "meant": days // 86_400_000}
             )
         if days % 3600 == 0:
             raise InvalidValidityExtension(
-                f"{days} days is more than {MAX_DAYS}; did you mean seconds ({days / 86400:g} days)? Give days."
+                gettext("%(days)s days is more than %(max)s; did you mean seconds (%(meant)s days)? Give days.")
+                % {"days": days, "max": MAX_DAYS, "meant": f"{days / 86400:g}"}
             )
-        raise InvalidValidityExtension(f"A validity extension is at most {MAX_DAYS} days (got {days}).")
+        raise InvalidValidityExtension(gettext("A validity extension is at most %(max)s days (got %(days)s).")
+                                       % {"max": MAX_DAYS, "days": days})
     return days
 
 
@@ -79,7 +84,8 @@ def validity_extension_begin(*, campaign: Campaign, days: int, actor: str, key: 
             if earlier is not None:
                 if earlier.data.get("days") != days:
                     raise InvalidValidityExtension(
-                        f"This request ({key}) already extended the coupons by {earlier.data.get('days')} days."
+                        gettext("This request (%(key)s) already extended the coupons by %(days)s days.")
+                        % {"key": key, "days": earlier.data.get("days")}
                     )
                 return earlier
         # The highest coupon id of all (one step back along the primary key), not the campaign's (a scan).
@@ -139,7 +145,7 @@ def validity_extension_apply(*, extension: CampaignEvent, batch_size: int = BATC
     Safe to run twice, or twice at once: the batches of one extension take turns on an advisory lock.
     """
     if extension.type != CampaignEventType.VALIDITY_EXTENDED:
-        raise InvalidValidityExtension(f"Event #{extension.pk} is not a validity extension.")
+        raise InvalidValidityExtension(gettext("Event #%(id)s is not a validity extension.") % {"id": extension.pk})
     days = check_days(extension.data.get("days"))
     params: dict[str, Any] = {
         "campaign": extension.campaign_id,

@@ -89,7 +89,9 @@ class ParkedLedgerEntryAdmin(admin.ModelAdmin):
             else:
                 parked.refresh_from_db()
                 self.log_change(request, parked, f"Retried: {parked.state} ({parked.error}) (admin action).")
-                self.message_user(request, f"{parked.claim_id}: still {parked.state}: {parked.error}",
+                self.message_user(request, _("%(claim)s: still %(state)s: %(error)s")
+                                  % {"claim": parked.claim_id, "state": parked.get_state_display(),
+                                     "error": parked.error},
                                   messages.WARNING)
 
     @admin.action(description=_("Discard (never a claim)"), permissions=["change"])

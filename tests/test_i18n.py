@@ -227,3 +227,78 @@ def test_the_api_answers_the_same_whatever_the_accept_language(client: Client, d
     assert english.json() == chinese.json()
     assert {"code", "status"} <= set(chinese.json())
     assert "Content-Language" not in chinese and "Accept-Language" not in chinese.get("Vary", "")
+
+
+# --- the management commands speak the operator's language too --------------------------------------------------
+
+PROJECT_APPS = ("campaigns", "coupons", "orders", "webhooks")
+
+
+def project_commands() -> list[str]:
+    from django.core.management import get_commands
+
+    return sorted(name for name, app in get_commands().items() if app in PROJECT_APPS)
+
+
+def command_helps(name: str) -> list[str]:
+    """A command's help and its own arguments' help (not Django's --verbosity, --settings ...), as shown now."""
+    from django.core.management import get_commands, load_command_class
+    from django.core.management.base import BaseCommand, CommandParser
+
+    command = load_command_class(get_commands()[name], name)
+    parser = command.create_parser("manage.py", name)
+    django_own = {a.dest for a in BaseCommand().create_parser("manage.py", "x")._actions}
+    ours = [a.help for a in parser._actions if a.dest not in django_own]
+    assert all(isinstance(text, str) and text for text in ours), f"{name}: an argument without help"
+    assert isinstance(parser, CommandParser) and parser.description
+    return [parser.description, *ours]
+
+
+def test_every_project_command_is_found() -> None:
+    assert {"campaign_create", "codes_generate", "verify_campaign", "webhook_add"} <= set(project_commands())
+    assert len(project_commands()) == len(list(ROOT.glob("*/management/commands/[a-z]*.py")))
+
+
+@pytest.mark.parametrize("name", project_commands())
+def test_every_management_command_help_is_translated(name: str) -> None:
+    """The help of each command and of each of its arguments is marked (gettext_lazy / gettext) and has a
+    Simplified Chinese translation: shown under zh-hans, no text is the English one (core/commands.py)."""
+    from django.core.management import get_commands, load_command_class
+    from django.utils import translation
+    from django.utils.functional import Promise
+
+    assert isinstance(load_command_class(get_commands()[name], name).help, Promise), f"{name}: help not marked"
+    with translation.override("en"):
+        english = command_helps(name)
+    with translation.override("zh-hans"):
+        chinese = command_helps(name)
+    assert len(english) == len(chinese)
+    untranslated = [text for text, shown in zip(english, chinese, strict=True) if text == shown]
+    assert untranslated == [], f"{name}: help shown in English under zh-hans: {untranslated}"
+
+
+def test_a_command_prints_for_operators_in_the_language_active(db: object) -> None:
+    """manage.py runs in settings.LANGUAGE_CODE (DJANGO_LANGUAGE_CODE): its lines for operators follow it,
+    while what machines read (JSON lines, the CSV's header) stays as the contract says."""
+    from io import StringIO
+
+    from django.core.management import call_command
+    from django.utils import translation
+
+    out = StringIO()
+    with translation.override("zh-hans"):
+        call_command("replay_events", "--check", stdout=out)
+    assert out.getvalue().strip() == "已检查 0 张优惠券，0 张与其事件不一致"
+
+
+def test_a_refusal_an_operator_reads_is_in_the_language_active(db: object) -> None:
+    from django.core.exceptions import ValidationError
+    from django.utils import translation
+
+    from .factories import CampaignFactory
+
+    campaign = CampaignFactory.build(currency="XYZ")
+    for language, text in (("zh-hans", "未知币种"), ("en", "Unknown currency")):
+        with translation.override(language), pytest.raises(ValidationError) as refused:
+            campaign.clean()
+        assert text in refused.value.message_dict["currency"][0]

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from django.conf import settings
+from django.utils.translation import gettext
 
 from core.errors import BadRequest
 
@@ -41,16 +42,16 @@ class Target:
 def parse_url(url: str) -> Target:
     """Return the URL's parts; raise Refused for anything but a plain http(s) URL with a host."""
     if len(url) > 500 or any(ch.isspace() or ord(ch) < 32 for ch in url):
-        raise Refused("The URL is too long or holds spaces or control characters.")
+        raise Refused(gettext("The URL is too long or holds spaces or control characters."))
     try:
         parts = urlsplit(url)
         port = parts.port
     except ValueError:
-        raise Refused("Not a URL.") from None
+        raise Refused(gettext("Not a URL.")) from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise Refused("Only http:// and https:// URLs with a host.")
+        raise Refused(gettext("Only http:// and https:// URLs with a host."))
     if parts.username is not None or parts.password is not None:
-        raise Refused("No user name or password in the URL (the signature authenticates the sender).")
+        raise Refused(gettext("No user name or password in the URL (the signature authenticates the sender)."))
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     return Target(parts.scheme, parts.hostname, port or (443 if parts.scheme == "https" else 80), path)
 
@@ -100,7 +101,8 @@ def checked_addresses(target: Target) -> list[IPAddress]:
         try:
             infos = socket.getaddrinfo(target.host, target.port, type=socket.SOCK_STREAM)
         except (OSError, UnicodeError) as exc:
-            raise Unresolvable(f"The host {target.host} does not resolve ({exc.__class__.__name__}).") from None
+            raise Unresolvable(gettext("The host %(host)s does not resolve (%(error)s).")
+                               % {"host": target.host, "error": exc.__class__.__name__}) from None
         found = []
         for info in infos:
             ip = ipaddress.ip_address(str(info[4][0]).partition("%")[0])
@@ -110,7 +112,8 @@ def checked_addresses(target: Target) -> list[IPAddress]:
         for ip in found:
             why = address_refusal(ip)
             if why is not None:
-                raise Refused(f"The host {target.host} resolves to {ip}, a {why} address.")
+                raise Refused(gettext("The host %(host)s resolves to %(ip)s, a %(why)s address.")
+                              % {"host": target.host, "ip": ip, "why": why})
     return found
 
 
@@ -121,7 +124,7 @@ def check_url(url: str) -> Target:
     target = parse_url(url)
     host = target.host.lower().rstrip(".")
     if not _allow_private() and (host == "localhost" or host.endswith(".localhost")):
-        raise Refused(f"The host {target.host} is this machine.")
+        raise Refused(gettext("The host %(host)s is this machine.") % {"host": target.host})
     try:
         checked_addresses(target)
     except Unresolvable:

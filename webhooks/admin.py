@@ -65,7 +65,7 @@ class WebhookEndpointAdmin(admin.ModelAdmin):
     def response_add(self, request: HttpRequest, obj: WebhookEndpoint, post_url_continue: str | None = None
                      ) -> HttpResponse:
         """Show the new endpoint's secret, once: this page is the only place it ever appears."""
-        context = {**self.admin_site.each_context(request), "title": "Webhook endpoint created", "endpoint": obj,
+        context = {**self.admin_site.each_context(request), "title": _("Webhook endpoint created"), "endpoint": obj,
                    "secret": obj.secret, "opts": self.model._meta}
         response = TemplateResponse(request, "admin/webhooks/secret_once.html", context)
         response["Cache-Control"] = "no-store"

@@ -4,6 +4,8 @@ from __future__ import annotations
 import secrets
 from collections.abc import Iterable
 
+from django.utils.translation import gettext
+
 from core.errors import BadRequest
 
 from .addresses import check_url
@@ -22,7 +24,8 @@ def event_types_of(names: Iterable[str] | None) -> list[str]:
         return all_event_types()
     unknown = sorted(set(chosen) - set(EventType.values))
     if unknown:
-        raise BadRequest(f"Unknown event types: {', '.join(unknown)} (known: {', '.join(EventType.values)}).")
+        raise BadRequest(gettext("Unknown event types: %(unknown)s (known: %(known)s).")
+                         % {"unknown": ", ".join(unknown), "known": ", ".join(EventType.values)})
     return [t for t in EventType.values if t in chosen]
 
 
@@ -31,6 +34,6 @@ def endpoint_add(*, url: str, secret: str | None = None, event_types: Iterable[s
     """Register an endpoint. Raise addresses.Refused (a URL to a private address: SSRF) or BadRequest."""
     check_url(url)
     if secret is not None and not (8 <= len(secret) <= 200) or secret is not None and not secret.isprintable():
-        raise BadRequest("The secret must be 8-200 printable characters.")
+        raise BadRequest(gettext("The secret must be 8-200 printable characters."))
     return WebhookEndpoint.objects.create(url=url, secret=secret or new_secret(), event_types=event_types_of(
         event_types), description=description, active=active)

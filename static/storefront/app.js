@@ -15,7 +15,7 @@
     return text.replace(/%\((\w+)\)s/g, function (all, name) { return String(values[name]); });
   };
   function fmt(text, values) { return interpolate(text, values, true); }
-  var LANG = document.documentElement.lang || undefined; // dates as the page's language writes them
+  var LANG = document.documentElement.lang || undefined; // dates and money as the page's language writes them
 
   var API = "/api/v1";
   var TOKEN_URL = "/dev/demo-shopper";
@@ -269,7 +269,24 @@
 
   // --- campaigns ----------------------------------------------------------------------------------------
 
-  function money(amount, currency) { return amount + " " + currency; }
+  // Money as the page's language writes it, with the currency's sign or code and its minor units (Intl):
+  // "CN¥350.00" in English, "¥350.00" in Simplified Chinese. The amount is the API's decimal string; a text
+  // that is not a number, or a browser without Intl, shows as the API wrote it, with the currency's code.
+  var MONEY_FORMATS = {};
+  function money(amount, currency) {
+    var value = Number(amount);
+    if (amount === null || amount === undefined || amount === "" || !isFinite(value) || !window.Intl) {
+      return amount + " " + currency;
+    }
+    try {
+      var key = LANG + " " + currency;
+      MONEY_FORMATS[key] = MONEY_FORMATS[key] ||
+        new Intl.NumberFormat(LANG, { style: "currency", currency: currency });
+      return MONEY_FORMATS[key].format(value);
+    } catch (e) { // an unknown currency code
+      return amount + " " + currency;
+    }
+  }
 
   function dealText(item) {
     var min = parseFloat(item.min_spend) > 0

@@ -119,7 +119,7 @@ def test_an_upload_with_bad_lines_lists_them_and_imports_nothing_then_a_good_one
 
     assert go.status_code == 302 and go["Location"] == url
     page = bad.content.decode()
-    assert bad.status_code == 200 and "Nothing imported: 2 bad line(s)" in page
+    assert bad.status_code == 200 and "Nothing imported: 2 bad lines" in page
     assert "<td>2</td><td>x</td>" in page and "duplicate of line 1" in page
     assert good.status_code == 302
     batch = CodeBatch.objects.get()

@@ -127,6 +127,8 @@ def test_a_shopper_grabs_a_coupon_in_simplified_chinese(page: Page, storefront_s
 
     card = page.locator(f"#campaign-{campaign.pk}")
     expect(card.get_by_test_id("campaign-state")).to_have_text("进行中")
+    expect(card.get_by_test_id("campaign-deal")).to_contain_text("¥50.00")  # money as zh-hans writes it (Intl)
+    expect(card.get_by_test_id("campaign-deal")).not_to_contain_text("CN¥")
     expect(card.get_by_test_id("countdown")).to_have_text(re.compile(r"^距结束 1时 5\d分 \d\d秒$"))
     expect(page.get_by_test_id("shopper-id")).to_have_text(re.compile(r"^demo-[0-9a-f]{12}$"))
     card.get_by_test_id("grab").click()

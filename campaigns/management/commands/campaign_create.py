@@ -8,11 +8,14 @@ from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.utils import timezone
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from campaigns.models import SCOPE_LISTS, Audience, CampaignKind, DiscountType
 from campaigns.services import campaign_create
+from core.commands import OperatorCommand
 from core.errors import ApplicationError
 
 RELATIVE_RE = re.compile(r"\+([0-9]{1,6})([smhd])")
@@ -29,7 +32,8 @@ def parse_moment(text: str, *, relative_to: datetime, flag: str) -> datetime:
     try:
         moment = datetime.fromisoformat(text)
     except ValueError as exc:
-        raise CommandError(f"{flag}: expected ISO 8601, 'now' or +N[smhd], got {text!r}") from exc
+        raise CommandError(gettext("%(flag)s: expected ISO 8601, 'now' or +N[smhd], got %(text)s")
+                           % {"flag": flag, "text": repr(text)}) from exc
     if timezone.is_naive(moment):
         moment = timezone.make_aware(moment, timezone.get_default_timezone())
     return moment
@@ -41,9 +45,10 @@ def parse_money(text: str | None, *, flag: str) -> Decimal | None:
     try:
         value = Decimal(text)
     except InvalidOperation as exc:
-        raise CommandError(f"{flag}: not an amount: {text!r}") from exc
+        raise CommandError(gettext("%(flag)s: not an amount: %(text)s") % {"flag": flag, "text": repr(text)}) from exc
     if not value.is_finite() or value < 0 or value.as_tuple().exponent < -2:  # type: ignore[operator]
-        raise CommandError(f"{flag}: an amount is >= 0 with at most 2 decimals, got {text!r}")
+        raise CommandError(gettext("%(flag)s: an amount is >= 0 with at most 2 decimals, got %(text)s")
+                           % {"flag": flag, "text": repr(text)})
     return value
 
 
@@ -72,37 +77,44 @@ def campaign_summary(campaign: Any) -> dict[str, Any]:
     }
 
 
-class Command(BaseCommand):
-    help = "Create a campaign (with --publish, also publish and preheat it). Prints one JSON line."
+class Command(OperatorCommand):
+    help = _("Create a campaign (with --publish, also publish and preheat it). Prints one JSON line.")
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--name", required=True)
-        parser.add_argument("--stock", required=True, type=int)
-        parser.add_argument("--per-user-limit", type=int, default=1)
-        parser.add_argument("--starts", default="now", help="ISO 8601 (naive = operator's zone) or 'now'")
-        parser.add_argument("--ends", default="+2h", help="ISO 8601 or +N[smhd] after the start")
-        parser.add_argument("--discount", default="10.00", help="an amount (50.00) or a percentage (15%%)")
-        parser.add_argument("--max-discount", help="cap of a percentage discount")
-        parser.add_argument("--min-spend", default="0")
-        parser.add_argument("--currency", default="CNY")
+        parser.add_argument("--name", required=True, help=gettext("the campaign's name, shown to shoppers"))
+        parser.add_argument("--stock", required=True, type=int, help=gettext("total stock: the coupons to give out"))
+        parser.add_argument("--per-user-limit", type=int, default=1, help=gettext("coupons one shopper may claim"))
+        parser.add_argument("--starts", default="now", help=gettext("ISO 8601 (naive = operator's zone) or 'now'"))
+        parser.add_argument("--ends", default="+2h", help=gettext("ISO 8601 or +N[smhd] after the start"))
+        parser.add_argument("--discount", default="10.00", help=gettext("an amount (50.00) or a percentage (15%%)"))
+        parser.add_argument("--max-discount", help=gettext("cap of a percentage discount"))
+        parser.add_argument("--min-spend", default="0", help=gettext("minimum spend of an order to use the coupon"))
+        parser.add_argument("--currency", default="CNY", help=gettext("ISO 4217 currency of the amounts"))
         validity = parser.add_mutually_exclusive_group()
-        validity.add_argument("--valid-until", help="ISO 8601: coupons valid until then (inclusive)")
-        validity.add_argument("--valid-days", type=int, help="coupons valid N days after the claim")
-        parser.add_argument("--audience", choices=[a.value for a in Audience], default=Audience.ALL)
+        validity.add_argument("--valid-until", help=gettext("ISO 8601: coupons valid until then (inclusive)"))
+        validity.add_argument("--valid-days", type=int, help=gettext("coupons valid N days after the claim"))
+        parser.add_argument("--audience", choices=[a.value for a in Audience], default=Audience.ALL,
+                            help=gettext("who may claim"))
         parser.add_argument("--kind", choices=[k.value for k in CampaignKind], default=CampaignKind.GRAB,
-                            help="grab (shoppers claim coupons) or codes (codes typed at checkout)")
-        parser.add_argument("--code", help="a codes campaign's shared code, e.g. SAVE50 (4-32 of A-Z 0-9 -, any "
-                                           "case): --stock is then its total uses, --per-user-limit the uses "
-                                           "per shopper; without it, unique codes (codes_generate)")
-        parser.add_argument("--categories", help="scope: the categories covered, comma-separated (a,b)")
-        parser.add_argument("--skus", help="scope: the SKUs covered, comma-separated (with --categories: either)")
-        parser.add_argument("--exclude-categories", help="categories never covered, comma-separated")
-        parser.add_argument("--exclude-skus", help="SKUs never covered, comma-separated")
-        parser.add_argument("--min-quantity", type=int, default=0, help="items of covered lines an order needs")
-        parser.add_argument("--exclusive", action="store_true", help="combines with no other coupon on an order")
-        parser.add_argument("--combinable-with", help="ids of the only campaigns it may share an order with (1,2)")
-        parser.add_argument("--order-cap", help="the most an order holding it may take off with all its coupons")
-        parser.add_argument("--publish", action="store_true", help="publish and load into Redis now")
+                            help=gettext("grab (shoppers claim coupons) or codes (codes typed at checkout)"))
+        parser.add_argument("--code",
+                            help=gettext("a codes campaign's shared code, e.g. SAVE50 (4-32 of A-Z 0-9 -, any "
+                                             "case): --stock is then its total uses, --per-user-limit the uses "
+                                             "per shopper; without it, unique codes (codes_generate)"))
+        parser.add_argument("--categories", help=gettext("scope: the categories covered, comma-separated (a,b)"))
+        parser.add_argument("--skus",
+                            help=gettext("scope: the SKUs covered, comma-separated (with --categories: either)"))
+        parser.add_argument("--exclude-categories", help=gettext("categories never covered, comma-separated"))
+        parser.add_argument("--exclude-skus", help=gettext("SKUs never covered, comma-separated"))
+        parser.add_argument("--min-quantity", type=int, default=0,
+                            help=gettext("items of covered lines an order needs"))
+        parser.add_argument("--exclusive", action="store_true",
+                            help=gettext("combines with no other coupon on an order"))
+        parser.add_argument("--combinable-with",
+                            help=gettext("ids of the only campaigns it may share an order with (1,2)"))
+        parser.add_argument("--order-cap",
+                            help=gettext("the most an order holding it may take off with all its coupons"))
+        parser.add_argument("--publish", action="store_true", help=gettext("publish and load into Redis now"))
 
     def handle(self, *args: Any, **opts: Any) -> None:
         starts_at = parse_moment(opts["starts"], relative_to=timezone.now(), flag="--starts")
@@ -115,19 +127,19 @@ class Command(BaseCommand):
             if opts["valid_until"] else None
         )
         if opts["stock"] < 0:
-            raise CommandError("--stock: must be 0 or more")
+            raise CommandError(gettext("%(flag)s: must be 0 or more") % {"flag": "--stock"})
         if opts["per_user_limit"] < 1:
-            raise CommandError("--per-user-limit: must be 1 or more")
+            raise CommandError(gettext("%(flag)s: must be 1 or more") % {"flag": "--per-user-limit"})
         if opts["valid_days"] is not None and opts["valid_days"] < 1:
-            raise CommandError("--valid-days: must be 1 or more")
+            raise CommandError(gettext("%(flag)s: must be 1 or more") % {"flag": "--valid-days"})
         if opts["code"] is not None and opts["kind"] != CampaignKind.CODES:
-            raise CommandError("--code: only with --kind codes")
+            raise CommandError(gettext("--code: only with --kind codes"))
         if opts["min_quantity"] < 0:
-            raise CommandError("--min-quantity: must be 0 or more")
+            raise CommandError(gettext("%(flag)s: must be 0 or more") % {"flag": "--min-quantity"})
         try:
             combinable_with = [int(i) for i in names(opts["combinable_with"])]
         except ValueError as exc:
-            raise CommandError("--combinable-with: campaign ids, comma-separated (1,2)") from exc
+            raise CommandError(gettext("--combinable-with: campaign ids, comma-separated (1,2)")) from exc
         try:
             campaign = campaign_create(
                 name=opts["name"],

@@ -5,9 +5,12 @@ import json
 import time
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from campaigns.models import Campaign
+from core.commands import OperatorCommand
 from core.errors import ApplicationError
 from coupons.code_batches import CHUNK, code_batch_create, code_batch_generate, code_batch_send
 from coupons.models import CodeBatch, CodeBatchSource, CodeBatchState
@@ -15,8 +18,8 @@ from coupons.models import CodeBatch, CodeBatchSource, CodeBatchState
 NO_WORKER_WARNING_SECONDS = 15.0
 
 
-class Command(BaseCommand):
-    help = (
+class Command(OperatorCommand):
+    help = _(
         "Generate N unique codes for a codes campaign (no shared code), in committed chunks, printing progress "
         "on stderr and one JSON line {\"batch\": ..., \"count\": N} at the end. The codes are made in this process "
         "(no worker needed) unless --worker hands the batch to the Celery worker (this command then follows it). "
@@ -24,34 +27,42 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("campaign", type=int, help="campaign id")
+        parser.add_argument("campaign", type=int, help=gettext("campaign id"))
         what = parser.add_mutually_exclusive_group(required=True)
-        what.add_argument("--count", type=int, help=f"codes to generate, 1 to 10,000,000 (chunks of {CHUNK:,})")
-        what.add_argument("--resume", type=int, metavar="BATCH", help="finish this batch (its id)")
-        parser.add_argument("--prefix", default="", help="1-16 letters and digits before the code (upper-cased)")
+        what.add_argument("--count", type=int, help=gettext("codes to generate, 1 to 10,000,000 (chunks of %(chunk)s)")
+                          % {"chunk": f"{CHUNK:,}"})
+        what.add_argument("--resume", type=int, metavar="BATCH", help=gettext("finish this batch (its id)"))
+        parser.add_argument("--prefix", default="",
+                            help=gettext("1-16 letters and digits before the code (upper-cased)"))
         parser.add_argument("--worker", action="store_true",
-                            help="let the Celery worker generate the batch; follow its progress here")
-        parser.add_argument("--chunk", type=int, default=CHUNK, help=f"codes per transaction (default {CHUNK:,})")
-        parser.add_argument("--actor", default="manage.py codes_generate", help="who asked (the batch's created_by)")
+                            help=gettext("let the Celery worker generate the batch; follow its progress here"))
+        parser.add_argument("--chunk", type=int, default=CHUNK,
+                            help=gettext("codes per transaction (default %(chunk)s)")
+                            % {"chunk": f"{CHUNK:,}"})
+        parser.add_argument("--actor", default="manage.py codes_generate",
+                            help=gettext("who asked (the batch's created_by)"))
 
     def handle(self, *args: Any, **opts: Any) -> None:
         if not 1 <= opts["chunk"] <= 100_000:
-            raise CommandError("--chunk: 1 to 100,000")
+            raise CommandError(gettext("--chunk: 1 to 100,000"))
         campaign = Campaign.objects.filter(pk=opts["campaign"]).first()
         if campaign is None:
-            raise CommandError(f"No campaign #{opts['campaign']}.")
+            raise CommandError(gettext("No campaign #%(id)s.") % {"id": opts["campaign"]})
         try:
             if opts["resume"] is not None:
                 found = CodeBatch.objects.filter(pk=opts["resume"], campaign=campaign,
                                                  source=CodeBatchSource.GENERATED).first()
                 if found is None:
-                    raise CommandError(f"--resume: campaign #{campaign.pk} has no generated batch #{opts['resume']}.")
+                    raise CommandError(gettext("--resume: campaign #%(campaign)s has no generated batch #%(batch)s.")
+                                       % {"campaign": campaign.pk, "batch": opts["resume"]})
                 batch = found
             else:
                 batch = code_batch_create(campaign=campaign, count=opts["count"], prefix=opts["prefix"],
                                           created_by=opts["actor"])
-            self.stderr.write(f"batch {batch.pk}: {batch.requested:,} codes for {campaign}"
-                              f"{f', prefix {batch.prefix}' if batch.prefix else ''}")
+            values = {"batch": batch.pk, "count": f"{batch.requested:,}", "campaign": campaign, "prefix": batch.prefix}
+            self.stderr.write(
+                gettext("batch %(batch)s: %(count)s codes for %(campaign)s, prefix %(prefix)s") % values
+                if batch.prefix else gettext("batch %(batch)s: %(count)s codes for %(campaign)s") % values)
             progress = Progress(self.stderr.write, batch)
             if opts["worker"]:
                 code_batch_send(batch=batch)  # sent at once: management commands run in autocommit
@@ -61,7 +72,8 @@ class Command(BaseCommand):
         except ApplicationError as exc:
             raise CommandError(exc.message) from exc
         if batch.state != CodeBatchState.DONE:
-            raise CommandError(f"batch {batch.pk} {batch.state}: {batch.error}; finish it with --resume {batch.pk}")
+            raise CommandError(gettext("batch %(batch)s %(state)s: %(error)s; finish it with --resume %(batch)s")
+                               % {"batch": batch.pk, "state": batch.get_state_display(), "error": batch.error})
         progress(batch, final=True)
         self.stdout.write(json.dumps({"batch": batch.pk, "count": batch.inserted}))
 
@@ -75,8 +87,8 @@ class Command(BaseCommand):
             progress(batch)
             if batch.state == CodeBatchState.PENDING and not warned \
                     and time.monotonic() - sent > NO_WORKER_WARNING_SECONDS:
-                self.stderr.write("no worker has started the batch yet: is `celery -A config worker` running? "
-                                  "(or run without --worker)")
+                self.stderr.write(gettext("no worker has started the batch yet: is `celery -A config worker` "
+                                          "running? (or run without --worker)"))
                 warned = True
             time.sleep(1.0)
 
@@ -94,5 +106,7 @@ class Progress:
         self.last = now
         rate = (batch.inserted - self.first) / max(now - self.start, 1e-9)
         share = 100 * batch.inserted / batch.requested if batch.requested else 100.0
-        self.write(f"batch {batch.pk}: {batch.inserted:,} / {batch.requested:,} codes ({share:.0f}%), "
-                   f"{rate:,.0f} codes/s, {batch.state}")
+        self.write(gettext("batch %(batch)s: %(inserted)s / %(requested)s codes (%(share)s%%), %(rate)s codes/s, "
+                           "%(state)s")
+                   % {"batch": batch.pk, "inserted": f"{batch.inserted:,}", "requested": f"{batch.requested:,}",
+                      "share": f"{share:.0f}", "rate": f"{rate:,.0f}", "state": batch.get_state_display()})

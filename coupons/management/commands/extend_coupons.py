@@ -4,9 +4,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from campaigns.models import Campaign, CampaignEvent, CampaignEventType
+from core.commands import OperatorCommand
 from core.errors import ApplicationError
 from coupons.extension import check_days, validity_extension_apply, validity_extension_begin
 
@@ -16,35 +19,36 @@ def parse_days(text: str) -> int:
     try:
         days = int(text)
     except ValueError as exc:
-        raise CommandError(f"--days: a whole number of days (1-365), got {text!r}") from exc
+        raise CommandError(gettext("--days: a whole number of days (1-365), got %(text)s")
+                           % {"text": repr(text)}) from exc
     try:
         return check_days(days)
     except ApplicationError as exc:
         raise CommandError(f"--days: {exc.message}") from exc
 
 
-class Command(BaseCommand):
-    help = (
+class Command(OperatorCommand):
+    help = _(
         "Extend the validity of a campaign's issued, still-usable coupons by N days, in batches, one event "
         "each. Prints one JSON line. --resume ID finishes an extension that was interrupted."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("campaign", type=int, help="campaign id")
+        parser.add_argument("campaign", type=int, help=gettext("campaign id"))
         what = parser.add_mutually_exclusive_group(required=True)
         # A string, so that a bad value gets our message (and hint) rather than argparse's.
-        what.add_argument("--days", help="whole days to add to each coupon's expiry, 1-365")
-        what.add_argument("--resume", type=int, metavar="EXTENSION", help="finish this extension (its id)")
-        parser.add_argument("--batch-size", type=int, default=1000)
-        parser.add_argument("--actor", default="manage.py extend_coupons", help="who asked (audit event)")
+        what.add_argument("--days", help=gettext("whole days to add to each coupon's expiry, 1-365"))
+        what.add_argument("--resume", type=int, metavar="EXTENSION", help=gettext("finish this extension (its id)"))
+        parser.add_argument("--batch-size", type=int, default=1000, help=gettext("coupons per transaction"))
+        parser.add_argument("--actor", default="manage.py extend_coupons", help=gettext("who asked (audit event)"))
 
     def handle(self, *args: Any, **opts: Any) -> None:
         days = parse_days(opts["days"]) if opts["days"] is not None else None
         if opts["batch_size"] < 1:
-            raise CommandError("--batch-size: must be 1 or more")
+            raise CommandError(gettext("%(flag)s: must be 1 or more") % {"flag": "--batch-size"})
         campaign = Campaign.objects.filter(pk=opts["campaign"]).first()
         if campaign is None:
-            raise CommandError(f"No campaign #{opts['campaign']}.")
+            raise CommandError(gettext("No campaign #%(id)s.") % {"id": opts["campaign"]})
         try:
             if days is not None:
                 extension = validity_extension_begin(campaign=campaign, days=days, actor=opts["actor"])
@@ -54,7 +58,8 @@ class Command(BaseCommand):
                 ).first()
                 if found is None:
                     raise CommandError(
-                        f"--resume: campaign #{campaign.pk} has no validity extension #{opts['resume']}."
+                        gettext("--resume: campaign #%(campaign)s has no validity extension #%(extension)s.")
+                        % {"campaign": campaign.pk, "extension": opts["resume"]}
                     )
                 extension = found
             extended = validity_extension_apply(extension=extension, batch_size=opts["batch_size"])

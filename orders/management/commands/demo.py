@@ -11,12 +11,15 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandParser
 from django.utils import timezone
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from campaigns.models import Campaign, CampaignKind
 from campaigns.services import campaign_create
 from core.auth import mint_token
+from core.commands import OperatorCommand
 
 DEMO_NAME = "Demo flash sale: 50.00 off 300.00"
 DEMO_CODE_NAME = "Demo shared code SAVE50: 50.00 off 300.00 at checkout"
@@ -24,12 +27,12 @@ DEMO_CODE = "SAVE50"
 OPERATOR = "operator"
 
 
-class Command(BaseCommand):
-    help = "Create (or reuse) a live demo campaign and an operator login; print curl lines to try the API."
+class Command(OperatorCommand):
+    help = _("Create (or reuse) a live demo campaign and an operator login; print curl lines to try the API.")
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--base-url", default="http://127.0.0.1:8000")
-        parser.add_argument("--stock", type=int, default=100)
+        parser.add_argument("--base-url", default="http://127.0.0.1:8000", help=gettext("where the service answers"))
+        parser.add_argument("--stock", type=int, default=100, help=gettext("total stock of each demo campaign"))
 
     def handle(self, *args: Any, **opts: Any) -> None:
         now = timezone.now()
@@ -59,7 +62,7 @@ class Command(BaseCommand):
         password = (
             password_file.read_text().strip()
             if password_file.exists()
-            else "(unchanged: manage.py changepassword operator)"
+            else gettext("(unchanged: manage.py changepassword operator)")
         )
 
         base = opts["base_url"].rstrip("/")
@@ -68,13 +71,15 @@ class Command(BaseCommand):
         headers = f"-H 'X-User-Id: {shopper}' -H 'X-Token: {token}'"
         lines = [
             "",
-            f"Demo campaign #{campaign.pk}: {campaign.name} (stock {campaign.total_stock}, 1 per shopper)",
-            f"Demo shared code {code_campaign.code} (campaign #{code_campaign.pk}): {code_campaign.total_stock} "
-            "uses, 1 per shopper, typed at checkout",
-            f"Operator console: {base}/{settings.ADMIN_URL}  user {OPERATOR}  password {password}",
-            f"API docs:         {base}/api/docs/",
+            gettext("Demo campaign #%(id)s: %(name)s (stock %(stock)s, 1 per shopper)")
+            % {"id": campaign.pk, "name": campaign.name, "stock": campaign.total_stock},
+            gettext("Demo shared code %(code)s (campaign #%(id)s): %(stock)s uses, 1 per shopper, typed at checkout")
+            % {"code": code_campaign.code, "id": code_campaign.pk, "stock": code_campaign.total_stock},
+            gettext("Operator console: %(url)s  user %(user)s  password %(password)s")
+            % {"url": f"{base}/{settings.ADMIN_URL}", "user": OPERATOR, "password": password},
+            gettext("API docs:         %(url)s") % {"url": f"{base}/api/docs/"},
             "",
-            "Try it (the token is valid for an hour; mint more with: python manage.py mint_token USER):",
+            gettext("Try it (the token is valid for an hour; mint more with: python manage.py mint_token USER):"),
             f"  curl -s {base}/api/v1/campaigns/{campaign.pk}",
             f"  curl -s -X POST {headers} -H 'Idempotency-Key: try-1' {base}/api/v1/campaigns/{campaign.pk}/claim",
             f"  curl -s {headers} {base}/api/v1/claims/CLAIM_ID_FROM_ABOVE",

@@ -3,17 +3,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from core.auth import mint_token
+from core.commands import OperatorCommand
 
 
-class Command(BaseCommand):
-    help = "Print a valid X-Token for USER (send it with X-User-Id: USER)."
+class Command(OperatorCommand):
+    help = _("Print a valid X-Token for USER (send it with X-User-Id: USER).")
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("user")
-        parser.add_argument("--ttl", type=int, default=600, help="seconds the token stays valid (max 3600)")
+        parser.add_argument("user", help=gettext("the shopper's id (X-User-Id)"))
+        parser.add_argument("--ttl", type=int, default=600, help=gettext("seconds the token stays valid (max 3600)"))
 
     def handle(self, *args: Any, **opts: Any) -> None:
         try:

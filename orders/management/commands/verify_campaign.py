@@ -6,46 +6,56 @@ import sys
 from dataclasses import asdict
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from campaigns.models import Campaign
 from campaigns.redis_state import StoreUnavailable
+from core.commands import OperatorCommand
 from orders.verify import Balance, campaign_verify
 
 
 def balance_lines(b: Balance) -> list[str]:
-    right = "unknown" if b.right_side is None else str(b.right_side)
+    right = gettext("unknown") if b.right_side is None else str(b.right_side)
+    remaining = gettext("missing") if b.remaining is None else b.remaining
+
+    def row(sign: str, label: str, value: object) -> str:
+        return f"{sign} {label:<36}{value:>10}"
+
     return [
-        f"campaign {b.campaign_id}",
-        f"  total stock                         {b.total_stock:>10}",
-        f"  Redis remaining                     {'missing' if b.remaining is None else b.remaining:>10}",
-        f"+ claims persisted in PostgreSQL      {b.persisted_claims:>10}",
-        f"+ claims still only in the ledger     {b.ledger_only_claims:>10}",
-        f"- claims cancelled and restocked      {b.restocked:>10}",
+        gettext("campaign %(id)s") % {"id": b.campaign_id},
+        row(" ", gettext("total stock"), b.total_stock),
+        row(" ", gettext("Redis remaining"), remaining),
+        row("+", gettext("claims persisted in PostgreSQL"), b.persisted_claims),
+        row("+", gettext("claims still only in the ledger"), b.ledger_only_claims),
+        row("-", gettext("claims cancelled and restocked"), b.restocked),
         f"= {right:>44}",
-        f"  coupons {b.coupons}, claims issued {b.issued_claims}, shoppers above the limit "
-        f"{len(b.users_over_limit)}, per-user counts wrong in Redis {len(b.users_drift)}, ledger entries parked "
-        f"(never persisted, not claims) {b.parked}",
-        *[f"  problem: {p}" for p in b.problems],
-        "BALANCED" if b.balanced else "NOT BALANCED",
+        "  " + gettext("coupons %(coupons)s, claims issued %(issued)s, shoppers above the limit %(over)s, per-user "
+                       "counts wrong in Redis %(drift)s, ledger entries parked (never persisted, not claims) "
+                       "%(parked)s")
+        % {"coupons": b.coupons, "issued": b.issued_claims, "over": len(b.users_over_limit),
+           "drift": len(b.users_drift), "parked": b.parked},
+        *["  " + gettext("problem: %(problem)s") % {"problem": p} for p in b.problems],
+        gettext("BALANCED") if b.balanced else gettext("NOT BALANCED"),
     ]
 
 
-class Command(BaseCommand):
-    help = "Check total stock == Redis remaining + claims (persisted and in the ledger) - restocked."
+class Command(OperatorCommand):
+    help = _("Check total stock == Redis remaining + claims (persisted and in the ledger) - restocked.")
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("campaign", type=int)
-        parser.add_argument("--json", action="store_true", help="print one JSON line instead of a table")
+        parser.add_argument("campaign", type=int, help=gettext("campaign id"))
+        parser.add_argument("--json", action="store_true", help=gettext("print one JSON line instead of a table"))
 
     def handle(self, *args: Any, **opts: Any) -> None:
         campaign = Campaign.objects.filter(pk=opts["campaign"]).first()
         if campaign is None:
-            raise CommandError(f"no campaign {opts['campaign']}")
+            raise CommandError(gettext("No campaign #%(id)s.") % {"id": opts["campaign"]})
         try:
             balance = campaign_verify(campaign=campaign)
         except StoreUnavailable as exc:
-            raise CommandError(f"Redis unavailable: {exc}") from exc
+            raise CommandError(gettext("Redis unavailable: %(error)s") % {"error": exc}) from exc
         if opts["json"]:
             summary = {**asdict(balance), "missing_entries": len(balance.missing_entries),
                        "given_back": sorted(balance.given_back)}  # a set: not JSON

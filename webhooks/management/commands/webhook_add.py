@@ -4,20 +4,23 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
+from core.commands import OperatorCommand
 from core.errors import ApplicationError
 from webhooks.services import endpoint_add
 
 
-class Command(BaseCommand):
-    help = "Register a webhook endpoint (URL checked: private and loopback addresses refused); prints {\"id\": ...}."
+class Command(OperatorCommand):
+    help = _("Register a webhook endpoint (URL checked: private and loopback addresses refused); prints {\"id\": ...}.")
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("url")
-        parser.add_argument("--secret", required=True, help="the signing secret (8-200 printable characters)")
-        parser.add_argument("--events", default="", help="comma-separated event types (default: all)")
-        parser.add_argument("--description", default="")
+        parser.add_argument("url", help=gettext("the https URL the deliveries are posted to"))
+        parser.add_argument("--secret", required=True, help=gettext("the signing secret (8-200 printable characters)"))
+        parser.add_argument("--events", default="", help=gettext("comma-separated event types (default: all)"))
+        parser.add_argument("--description", default="", help=gettext("a note for operators"))
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:

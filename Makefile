@@ -21,11 +21,11 @@ help:
 	@echo "make messages  refresh the translation catalogs (locale/*/LC_MESSAGES/*.po) from the marked strings"
 	@echo "make bench  the benchmark suite (~8 min; embedded servers unless DATABASE_URL/REDIS_URL; ARGS=\"--quick\")"
 
-run: $(STAMP)
+run: $(STAMP) gettext
 	$(PY) -m devstack run $(ARGS)
 
 # The whole check: lint (ruff, mypy) first, then the test suite.
-test: lint
+test: lint gettext
 	$(PY) -m devstack test $(ARGS)
 
 # mypy's Django plugin imports the settings, which need a DATABASE_URL (it never connects).
@@ -51,6 +51,17 @@ messages: $(STAMP)
 	DJANGO_SETTINGS_MODULE=config.settings.base $(PY) manage.py makemessages -d djangojs $(MESSAGES_ARGS)
 
 .venv: $(STAMP)
+
+# The console's translations are compiled at each start (devstack) with Debian's gettext (msgfmt): installed here
+# when it is missing on a Debian machine run as root, as .ci/run installs Chromium and nginx; otherwise a warning
+# and the console stays English.
+.PHONY: gettext
+gettext:
+	@command -v msgfmt >/dev/null || { if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing Debian's gettext (the console's translations) ..."; \
+	  { apt-get update -qq && apt-get install -y -qq gettext >/dev/null; } \
+	    || echo "WARNING: could not install gettext: the console stays English" >&2; \
+	  else echo "WARNING: msgfmt is missing (apt-get install gettext): the console stays English" >&2; fi; }
 
 # Re-installs whenever pyproject.toml changes.
 $(STAMP): pyproject.toml

@@ -103,9 +103,7 @@ class PipelinedRedis:
         return await conn.send(hiredis.pack_command(args))
 
     async def _acked(self, *args: Any) -> Any:
-        """execute() for a write: with acks, its reply once its batch's WAIT confirmed it (NotAcknowledged)."""
-        if not self.acks:
-            return await self.execute(*args)
+        """execute() for a write with acks: its reply once its batch's WAIT confirmed it (NotAcknowledged)."""
         conn = self._conn
         if conn is None or conn.closed or conn.stale:
             conn = await self._connect()
@@ -119,12 +117,13 @@ class PipelinedRedis:
     async def evalsha(self, sha: str, script: str | bytes | memoryview, keys: list[str], args: list[Any]) -> Any:
         """Run a script by its SHA1; load it with EVAL when Redis does not know it (after SCRIPT FLUSH). With
         acks, answer once the replicas confirmed it (raise NotAcknowledged otherwise)."""
+        send = self._acked if self.acks else self.execute  # without acks the claim awaits one coroutine, as before
         try:
-            return await self._acked("EVALSHA", sha, len(keys), *keys, *args)
+            return await send("EVALSHA", sha, len(keys), *keys, *args)
         except ResponseError as exc:
             if not str(exc).startswith("NOSCRIPT"):
                 raise
-        return await self._acked("EVAL", script, len(keys), *keys, *args)
+        return await send("EVAL", script, len(keys), *keys, *args)
 
     def close(self) -> None:
         if self._conn is not None:

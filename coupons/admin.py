@@ -23,6 +23,7 @@ from django.utils.text import format_lazy
 from django.utils.translation import gettext_lazy as _
 
 from campaigns.models import Campaign
+from core.admin import NoAddNoDeleteMixin, ReadOnlyAdminMixin
 from core.errors import ApplicationError
 from core.i18n import StrOrPromise
 
@@ -39,19 +40,6 @@ from .models import CodeBatch, CodeBatchSource, CodeBatchState, Coupon, CouponEv
 from .services import coupon_extend_validity, coupon_revoke
 
 PROBLEMS_SHOWN = 500  # an import's bad lines listed on the page (all of them: manage.py codes_import)
-
-
-class NoAddNoDeleteMixin:
-    def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
-
-class ReadOnlyAdminMixin(NoAddNoDeleteMixin):
-    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
 
 
 class CouponEventInline(ReadOnlyAdminMixin, admin.TabularInline):

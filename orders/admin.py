@@ -9,6 +9,7 @@ from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
+from core.admin import NoAddNoDeleteMixin, ReadOnlyAdminMixin
 from coupons.models import Coupon
 
 from .models import Claim, ParkedLedgerEntry, Reconciliation
@@ -16,18 +17,13 @@ from .parking import parked_discard, parked_retry
 
 
 @admin.register(Claim)
-class ClaimAdmin(admin.ModelAdmin):
+class ClaimAdmin(NoAddNoDeleteMixin, admin.ModelAdmin):
     list_display = ["claim_id", "campaign", "user_id", "status", "claimed_at", "coupon_link"]
     list_filter = ["status", "campaign"]
     search_fields = ["=claim_id", "=user_id"]
     list_select_related = ["campaign"]
     readonly_fields = ["claim_id", "campaign", "user_id", "status", "claimed_at", "created_at", "updated_at"]
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
 
     @admin.display(description=_("coupon"))
     def coupon_link(self, claim: Claim) -> str:
@@ -38,7 +34,7 @@ class ClaimAdmin(admin.ModelAdmin):
 
 
 @admin.register(Reconciliation)
-class ReconciliationAdmin(admin.ModelAdmin):
+class ReconciliationAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """What each comparison of Redis with PostgreSQL found and repaired (read-only)."""
 
     list_display = ["created_at", "campaign", "balanced", "drift", "users_drift", "remaining", "claims", "restocked",
@@ -47,14 +43,6 @@ class ReconciliationAdmin(admin.ModelAdmin):
     list_select_related = ["campaign"]
     readonly_fields = [f.name for f in Reconciliation._meta.fields]
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
 
     @admin.display(description=_("repairs"))
     def repair_count(self, record: Reconciliation) -> int:
@@ -62,7 +50,7 @@ class ReconciliationAdmin(admin.ModelAdmin):
 
 
 @admin.register(ParkedLedgerEntry)
-class ParkedLedgerEntryAdmin(admin.ModelAdmin):
+class ParkedLedgerEntryAdmin(NoAddNoDeleteMixin, admin.ModelAdmin):
     """Ledger entries the drain could never persist (orders/parking.py): read-only, retried or discarded by the
     actions, each recorded in the entry's history and the admin's log."""
 
@@ -73,11 +61,6 @@ class ParkedLedgerEntryAdmin(admin.ModelAdmin):
     readonly_fields = [f.name for f in ParkedLedgerEntry._meta.fields]
     actions = ["retry", "discard"]
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
 
     @admin.action(description=_("Retry: persist again"), permissions=["change"])
     def retry(self, request: HttpRequest, queryset: QuerySet[ParkedLedgerEntry]) -> None:

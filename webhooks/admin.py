@@ -15,6 +15,8 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils.translation import gettext_lazy as _
 
+from core.admin import NoAddNoDeleteMixin, ReadOnlyAdminMixin
+
 from .addresses import Refused, check_url
 from .delivery import delivery_retry
 from .models import Delivery, DeliveryAttempt, DeliveryState, EventType, OutboxEvent, WebhookEndpoint
@@ -84,7 +86,7 @@ class AttemptInline(admin.TabularInline):
 
 
 @admin.register(Delivery)
-class DeliveryAdmin(admin.ModelAdmin):
+class DeliveryAdmin(NoAddNoDeleteMixin, admin.ModelAdmin):
     list_display = ["id", "event_type", "event_id", "endpoint", "key", "state", "attempts", "last_status",
                     "next_attempt_at", "delivered_at"]
     list_filter = ["state", "event__type", "endpoint"]
@@ -104,11 +106,6 @@ class DeliveryAdmin(admin.ModelAdmin):
     def payload(self, delivery: Delivery) -> Any:
         return delivery.event.data
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
 
     @admin.action(description=_("Retry the selected dead deliveries"), permissions=["change"])
     def retry(self, request: HttpRequest, queryset: QuerySet[Delivery]) -> None:
@@ -125,17 +122,9 @@ class DeliveryAdmin(admin.ModelAdmin):
 
 
 @admin.register(OutboxEvent)
-class OutboxEventAdmin(admin.ModelAdmin):
+class OutboxEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ["id", "type", "key", "campaign_id", "created_at"]
     list_filter = ["type"]
     search_fields = ["=key", "=campaign_id"]
     readonly_fields = ["type", "key", "campaign_id", "data", "once", "created_at"]
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False

@@ -383,7 +383,7 @@ async def run_claim_async(
     *, campaign_id: int, user_id: str, idempotency_key: str | None, client_ip: str | None = None
 ) -> ClaimResult:
     """run_claim() for an event loop, through its auto-pipelined connection (campaigns/redis_async.py; on a
-    cluster, its connection to the master of the campaign's slot).
+    cluster, its connection to the master of the slot of the call's first key).
 
     Raise StoreUnavailable.
     """

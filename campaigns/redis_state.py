@@ -360,8 +360,8 @@ def claim_call(
     args: list[str | int] = [user_id, deadline_ms, answer, conf.shopper_per_second, f"u:{user_id}",
                              conf.ip_per_second if client_ip else 0, f"i:{client_ip}", OWN_ANSWER_KEEP_MS,
                              conf.drain_trigger_ttl_ms]
-    if idempotency_key is not None:
-        args += [digest, conf.idempotency_ttl_ms]
+    if idempotency_key is not None:  # with replica acks a repeat is told only once confirmed (claim.lua, void.lua)
+        args += [digest, conf.idempotency_ttl_ms, 1 if conf.replica_acks else 0]
     return ClaimCall(keys=call_keys, args=args, idem_key=idem_key, deadline_ms=deadline_ms, token=token)
 
 
@@ -468,7 +468,7 @@ async def _stored_answer_after_async(idem_key: str, field: str, deadline_ms: int
 
 
 def _parse_stored(stored: bytes | str | None) -> tuple[int, str] | None:
-    """A stored answer "<code>:<ledger id>[:<token>[:d]]" (None: absent, or 'void': taken back, never given);
+    """A stored answer "<code>:<ledger id>[:<token>[:<told>]]" (None: absent, or 'void': taken back, never given);
     an own answer in the second's hash has no token (its field names it)."""
     if stored is None:
         return None

@@ -45,6 +45,7 @@ class ClaimOutcomeUnknown(StoreUnavailable):
         super().__init__(message)
         self.campaign_id, self.user_id, self.answer_key, self.token = campaign_id, user_id, answer_key, token
         self.claim_id: str | None = None  # set once void.lua took the claim back: it is then cancelled
+        self.voided = False  # void.lua ran, confirmed (replica acks): what it found stands on every replica
 
 
 class ClaimCode(enum.IntEnum):
@@ -244,7 +245,7 @@ class _Scripts:
         self.compare_and_set = _Script(client, "compare_and_set")
         self.add_stock = _Script(client, "add_stock", gives_back=True)
         self.extend = _Script(client, "extend")
-        self.void = _Script(client, "void", gives_back=True)
+        self.void = _Script(client, "void")  # its change must be confirmed before the claim is cancelled (run_void)
         self.code_take = _Script(client, "code_take")
         self.code_give_back = _Script(client, "code_give_back", gives_back=True)
 
@@ -551,16 +552,35 @@ def clear_drain_trigger(campaign_id: int) -> None:
         raise StoreUnavailable(str(exc)) from exc
 
 
+class VoidNotConfirmed(StoreUnavailable):
+    """void.lua ran on the master but fewer replicas than COUPONS_REDIS_REPLICA_ACKS confirmed it in time: a
+    failover may still lose it (the claim's answer would then tell a repeat of its key 'claimed'), so the claim
+    is not cancelled yet; run_void again (on the same master it changes nothing more; on a new one it applies
+    there). `ledger_id`: the claim it took back, if it did."""
+
+    def __init__(self, message: str, ledger_id: str | None) -> None:
+        super().__init__(message)
+        self.ledger_id = ledger_id
+
+
 def run_void(answer_key: str, token: str) -> str | None:
     """Take back the claim the request `token` made, whose answer is under `answer_key` (void.lua); return its
-    ledger id when it must be cancelled now, None when there is nothing to take back. Raise StoreUnavailable."""
+    ledger id when it must be cancelled now, None when there is nothing to take back. Raise StoreUnavailable
+    (VoidNotConfirmed with replica acks when the replicas did not confirm it)."""
     try:
         taken, ledger_id = scripts().void(keys=[answer_key], args=[token])
+    except NotAcknowledged as exc:
+        taken, ledger_id = exc.reply
+        raise VoidNotConfirmed(str(exc), _text(ledger_id) if int(taken) else None) from exc
     except redis.RedisError as exc:
         raise StoreUnavailable(str(exc)) from exc
     if not int(taken):
         return None
-    return ledger_id.decode() if isinstance(ledger_id, bytes) else str(ledger_id)
+    return _text(ledger_id)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def to_ms(moment: datetime) -> int:

@@ -73,6 +73,12 @@ def _claims_503_while_the_replica_is_stopped(replica: Valkey) -> None:
         for t in threads:
             t.join()
         elapsed = time.monotonic() - started
+        # Every one ran on the master, and the voider takes it back only once a replica confirmed the void: a
+        # failover now could lose an unconfirmed void and keep the claim's answer, which would tell a repeat of
+        # its key 'claimed' for a claim PostgreSQL holds cancelled. So nothing is cancelled yet.
+        time.sleep(1.0)
+        assert int(redis_client().get(keys.stock)) == 14
+        assert not Claim.objects.filter(campaign=campaign, status="cancelled").exists()
     finally:
         os.kill(replica.pid, signal.SIGCONT)
 
@@ -114,6 +120,38 @@ def failover(stack: Any, replica: Valkey, sentinel: Sentinel, window: Window) ->
     window.close()
 
 
+def _explain(stack: Any, campaign: Any, load: Any, window: Window, problems: list[str]) -> None:
+    """DIAG: the requests behind each phantom coupon / lost claim, and where a lost one is."""
+    from campaigns.redis_state import key_digest
+    from coupons.models import Coupon
+    from orders.models import ParkedLedgerEntry
+    told = {a.claim_id for a in load.answers if a.outcome == "claimed"}
+    coupons = dict(stack.sql(f"SELECT claim_id, user_id FROM {Coupon._meta.db_table} WHERE campaign_id = %s "
+                             "AND status <> 'revoked'", (campaign.id,)))
+    lost = [c for c in told if c not in coupons]
+    for cid in [c for c in coupons if c not in told] + lost:
+        rows = stack.sql(f"SELECT user_id, key_digest, status, claimed_at FROM {Claim._meta.db_table} "
+                         "WHERE claim_id = %s", (cid,))
+        ledger_id = cid.split("-", 1)[1]
+        keys = campaign_keys(campaign.id)
+        admin = stack.redis.admin()
+        print("DIAG", cid, "coupon" if cid in coupons else "NO coupon", "pg:", rows,
+              "ledger:", admin.xrange(keys.ledger, ledger_id, ledger_id),
+              "pending:", admin.xpending(keys.ledger, "drain"),
+              "parked:", stack.sql(f"SELECT entry_id, error FROM {ParkedLedgerEntry._meta.db_table} "
+                                   "WHERE entry_id = %s", (ledger_id,)))
+        for a in load.answers:
+            if (rows and a.shopper == rows[0][0] and a.key is not None and key_digest(a.key) == rows[0][1]) \
+                    or a.claim_id == cid:
+                print("   ", a.shopper, a.key, a.status, a.outcome, a.claim_id, "replayed" if a.replayed else "",
+                      round(a.sent - window.start, 3), round(a.answered - window.start, 3))
+    if lost:
+        arrived = wait_until(lambda: not [c for c in lost if c not in {r[0] for r in stack.sql(
+            f"SELECT claim_id FROM {Coupon._meta.db_table} WHERE campaign_id = %s", (campaign.id,))}], 180, 1.0)
+        print("DIAG lost ones arrived", None if arrived is None else round(arrived - window.end, 1),
+              "s after the fault")
+
+
 # Known defect (issue 22, open): with the 2 cores loaded (two busy loops beside the fault stack) one run of 6 saw
 # "I3: 1 claims answered 'claimed' have no coupon 60 s after the fault" with acks=1; quiet runs pass. Until it is
 # explained (a loss, or a drain that took over 60 s under load) the acks=1 case reports XFAIL/XPASS, not green.
@@ -134,9 +172,10 @@ def test_a_sentinel_failover_loses_no_claim_answered_claimed(fault_stack, tmp_pa
             reset_redis_client()
             campaign = fault_stack.boot(stock=450)
             window = Window()
-            _, problems = run_fault(fault_stack, campaign, window,
-                                    lambda load: failover(fault_stack, replica, sentinel, window),
-                                    fault=f"Redis master SIGKILL, Sentinel failover, replica acks {acks}")
+            load, problems = run_fault(fault_stack, campaign, window,
+                                       lambda load: failover(fault_stack, replica, sentinel, window),
+                                       fault=f"Redis master SIGKILL, Sentinel failover, replica acks {acks}")
+            _explain(fault_stack, campaign, load, window, problems)
     finally:
         sentinel.stop()
         replica.stop()
@@ -144,9 +183,6 @@ def test_a_sentinel_failover_loses_no_claim_answered_claimed(fault_stack, tmp_pa
             fault_stack.spare.stop()
         reset_redis_client()
     if acks:
-        # Known gap (docs/design.md, "Replicas and failover"): a repeat of an Idempotency-Key whose replay was not
-        # confirmed marked the answer told (':d') first, so void.lua leaves that claim standing though its
-        # shoppers were told 503: a coupon nobody was told of (I4), never a 'claimed' lost (I3).
-        assert not [p for p in problems if not p.startswith("I4:")]
+        assert not problems
     else:
         assert problems, "no claim was lost without WAIT this time"

@@ -192,7 +192,7 @@ class _Script:
     (COUPONS_REDIS_REPLICA_ACKS), it runs with a WAIT after it on the same connection (one round trip) and
     answers only once that many replicas hold its change: NotAcknowledged (with the script's reply) otherwise.
 
-    A script that gives back (`gives_back`: void, cancel, a shared code's give-back, add_stock) answers its reply
+    A script that gives back (`gives_back`: cancel, a shared code's give-back, add_stock) answers its reply
     even then: it holds on the master, and a failover that lost it would only leave stock unsold (verify_campaign
     names it, reconcile returns it), never promise a coupon twice; raising would undo the PostgreSQL side of a
     change Redis already made."""

@@ -45,7 +45,8 @@ class ClaimOutcomeUnknown(StoreUnavailable):
         super().__init__(message)
         self.campaign_id, self.user_id, self.answer_key, self.token = campaign_id, user_id, answer_key, token
         self.claim_id: str | None = None  # set once void.lua took the claim back: it is then cancelled
-        self.voided = False  # void.lua ran, confirmed (replica acks): what it found stands on every replica
+        self.voided = False  # void.lua ran, confirmed (replica acks): what it found holds on the replicas too
+        self.unconfirmed_void = ""  # the ledger id a run of void.lua not confirmed took back (run_void's `again`)
 
 
 class ClaimCode(enum.IntEnum):
@@ -555,20 +556,21 @@ def clear_drain_trigger(campaign_id: int) -> None:
 class VoidNotConfirmed(StoreUnavailable):
     """void.lua ran on the master but fewer replicas than COUPONS_REDIS_REPLICA_ACKS confirmed it in time: a
     failover may still lose it (the claim's answer would then tell a repeat of its key 'claimed'), so the claim
-    is not cancelled yet; run_void again (on the same master it changes nothing more; on a new one it applies
-    there). `ledger_id`: the claim it took back, if it did."""
+    is not cancelled yet; run_void again, with the claim it took back (`ledger_id`, if it did): where that void
+    holds it is returned again, where a failover lost it the claim is decided anew."""
 
     def __init__(self, message: str, ledger_id: str | None) -> None:
         super().__init__(message)
         self.ledger_id = ledger_id
 
 
-def run_void(answer_key: str, token: str) -> str | None:
+def run_void(answer_key: str, token: str, again: str = "") -> str | None:
     """Take back the claim the request `token` made, whose answer is under `answer_key` (void.lua); return its
     ledger id when it must be cancelled now, None when there is nothing to take back. Raise StoreUnavailable
-    (VoidNotConfirmed with replica acks when the replicas did not confirm it)."""
+    (VoidNotConfirmed with replica acks when the replicas did not confirm it: run it again with `again`, the
+    ledger id that run took back)."""
     try:
-        taken, ledger_id = scripts().void(keys=[answer_key], args=[token])
+        taken, ledger_id = scripts().void(keys=[answer_key], args=[token, again])
     except NotAcknowledged as exc:
         taken, ledger_id = exc.reply
         raise VoidNotConfirmed(str(exc), _text(ledger_id) if int(taken) else None) from exc

@@ -289,15 +289,14 @@ class ClaimVoider(InBackground):
 def void_claim(unknown: ClaimOutcomeUnknown) -> str | None:
     """Take back the claim of a request answered 503 (ClaimVoider); return its claim id if it was cancelled.
     Raise StoreUnavailable or Unavailable (try again later: a claim marked void is remembered on `unknown`,
-    so a retry goes on to cancel it). With replica acks the void is cancelled only once a run of void.lua was
-    confirmed (VoidNotConfirmed: tried again): a failover that lost it would leave the claim's answer telling a
-    repeat of its key 'claimed' for a claim PostgreSQL holds cancelled."""
+    so a retry goes on to cancel it). With replica acks the claim is cancelled only once a run of void.lua was
+    confirmed (VoidNotConfirmed: tried again): a failover that lost the void would leave the claim's answer
+    telling a repeat of its key 'claimed' for a claim PostgreSQL holds cancelled. The confirmed run decides."""
     if not unknown.voided:
         try:
-            ledger_id = redis_state.run_void(unknown.answer_key, unknown.token)
+            ledger_id = redis_state.run_void(unknown.answer_key, unknown.token, unknown.unconfirmed_void)
         except VoidNotConfirmed as exc:
-            if exc.ledger_id is not None:
-                unknown.claim_id = ledger.claim_id_of(unknown.campaign_id, exc.ledger_id)
+            unknown.unconfirmed_void = exc.ledger_id or unknown.unconfirmed_void
             raise
         if ledger_id is not None:
             unknown.claim_id = ledger.claim_id_of(unknown.campaign_id, ledger_id)

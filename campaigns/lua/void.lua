@@ -9,6 +9,9 @@ KEYS[1] the claim's answer: its Idempotency-Key's string "<code>:<ledger id>:<to
         a key)
 ARGV[1] the token of the request that gave up: only the claim that request made is taken back, or (replica
         acks) the repeat of its key that request was
+ARGV[2] (replica acks, a run again) the ledger id an earlier run of this request took back without a replica
+        confirming it: if that void holds here (the answer is 'void', or was decided anew since) it is
+        returned again; if the answer still holds that claim, a failover lost the void and it is decided anew
 
 Returns {1, ledger id} when the claim must be cancelled now (the answer is 'void' from here on: a repeat of the
 key is decided anew), {0, ''} when there is nothing to take back: the claim never ran (no answer), it was not a
@@ -18,9 +21,13 @@ flight or was told (<told> "+<token>..."). Then the request that made the claim 
 a repeat that was not confirmed (answered 503) takes its "+<token>" out: the last one out, after an "o",
 takes the claim back; one that was told stays, and the claim with it.
 --]]
+local again = ARGV[2] or ''
 if redis.call('TYPE', KEYS[1]).ok == 'hash' then
   local field = 'a:' .. ARGV[1]
   local answer = redis.call('HGET', KEYS[1], field)
+  if again ~= '' and answer == 'void' then
+    return {1, again}
+  end
   local code, ledger_id = string.match(answer or '', '^([^:]*):([^:]*)$')
   if code ~= '0' then
     return {0, ''}
@@ -29,6 +36,9 @@ if redis.call('TYPE', KEYS[1]).ok == 'hash' then
   return {1, ledger_id}
 end
 local answer = redis.call('GET', KEYS[1])
+if again ~= '' and answer and (answer == 'void' or string.match(answer, '^[^:]*:([^:]*)') ~= again) then
+  return {1, again}
+end
 if not answer or answer == 'void' then
   return {0, ''}
 end

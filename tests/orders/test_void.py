@@ -14,6 +14,7 @@ from django.test import override_settings
 
 from campaigns.redis_state import (
     ClaimOutcomeUnknown,
+    VoidNotConfirmed,
     campaign_keys,
     claim_call,
     redis_client,
@@ -130,6 +131,37 @@ def test_with_replica_acks_a_claim_stands_once_one_of_its_requests_was_told(live
     assert int(redis_client().get(keys.stock)) == 3
     drain_campaign(campaign_id=campaign.pk)
     assert Claim.objects.filter(campaign=campaign, status=ClaimStatus.CANCELLED).count() == 0
+    assert campaign_verify(campaign=campaign).balanced
+
+
+def test_with_replica_acks_a_claim_is_cancelled_only_once_its_void_was_confirmed(live_campaign) -> None:
+    # No replica here: with acks=1 every WAIT confirms nothing (a replica stopped); acks=0 stands for the replica
+    # back (the same script, its change confirmed). The third case is a failover that lost the void.
+    campaign = live_campaign(total_stock=5, per_user_limit=2)
+    keys = campaign_keys(campaign.pk)
+    gave_up = {user: run_acked(campaign, user, "order-1")[2] for user in ("ann", "bob", "cat")}
+    before = {user: redis_client().get(unknown.answer_key) for user, unknown in gave_up.items()}
+    with override_settings(COUPONS_REDIS_REPLICA_ACKS=1, COUPONS_REDIS_REPLICA_ACK_TIMEOUT_MS=10):
+        for unknown in gave_up.values():
+            with pytest.raises(VoidNotConfirmed):
+                void_claim(unknown)
+    assert int(redis_client().get(keys.stock)) == 2  # nothing cancelled yet
+
+    # ann: the void holds; bob: it holds, and a repeat of his key was decided anew since (a new claim).
+    anew = claim_create(campaign_id=campaign.pk, user_id="bob", idempotency_key="order-1")
+    assert anew.status == "claimed" and not anew.replayed
+    # cat: a failover lost the void (the promoted replica has the answer as it was), and there a repeat of her key
+    # was told 'claimed' (its WAIT confirmed it).
+    redis_client().set(gave_up["cat"].answer_key, before["cat"], keepttl=True)
+    code, replayed, _ = run_acked(campaign, "cat", "order-1")
+    assert (code, replayed) == (0, True)
+
+    assert void_claim(gave_up["ann"]) is not None
+    assert void_claim(gave_up["bob"]) is not None
+    assert void_claim(gave_up["cat"]) is None  # it stands: cat was told
+    drain_campaign(campaign_id=campaign.pk)
+    assert sorted(Claim.objects.filter(campaign=campaign).exclude(status=ClaimStatus.CANCELLED)
+                  .values_list("user_id", flat=True)) == ["bob", "cat"]
     assert campaign_verify(campaign=campaign).balanced
 
 

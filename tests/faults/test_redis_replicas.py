@@ -220,7 +220,7 @@ def test_the_cache_and_a_celery_worker_follow_a_sentinel_failover(transactional_
                "REDIS_SENTINELS": sentinel.address, "REDIS_SENTINEL_MASTER": MASTER_NAME}
         worker = Proc("worker", resolve([*worker_command(), "-n", "sentinel@%h"]), env, tmp_path)
         worker.wait_for_line(" ready.", 60)
-        app = Celery("sentinel-probe", broker=conf["CELERY_BROKER_URL"])
+        app = Celery("sentinel-probe", broker=conf["CELERY_BROKER_URL"], set_as_current=False)  # not the tests' app
         app.conf.broker_transport_options = conf["CELERY_BROKER_TRANSPORT_OPTIONS"]
         with override_settings(CACHES=conf["CACHES"]):
             cache = caches.create_connection("default")

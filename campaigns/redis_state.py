@@ -45,6 +45,8 @@ class ClaimOutcomeUnknown(StoreUnavailable):
         super().__init__(message)
         self.campaign_id, self.user_id, self.answer_key, self.token = campaign_id, user_id, answer_key, token
         self.claim_id: str | None = None  # set once void.lua took the claim back: it is then cancelled
+        self.voided = False  # void.lua ran, confirmed (replica acks): what it found holds on the replicas too
+        self.unconfirmed_void = ""  # the ledger id a run of void.lua not confirmed took back (run_void's `again`)
 
 
 class ClaimCode(enum.IntEnum):
@@ -191,7 +193,7 @@ class _Script:
     (COUPONS_REDIS_REPLICA_ACKS), it runs with a WAIT after it on the same connection (one round trip) and
     answers only once that many replicas hold its change: NotAcknowledged (with the script's reply) otherwise.
 
-    A script that gives back (`gives_back`: void, cancel, a shared code's give-back, add_stock) answers its reply
+    A script that gives back (`gives_back`: cancel, a shared code's give-back, add_stock) answers its reply
     even then: it holds on the master, and a failover that lost it would only leave stock unsold (verify_campaign
     names it, reconcile returns it), never promise a coupon twice; raising would undo the PostgreSQL side of a
     change Redis already made."""
@@ -244,7 +246,7 @@ class _Scripts:
         self.compare_and_set = _Script(client, "compare_and_set")
         self.add_stock = _Script(client, "add_stock", gives_back=True)
         self.extend = _Script(client, "extend")
-        self.void = _Script(client, "void", gives_back=True)
+        self.void = _Script(client, "void")  # its change must be confirmed before the claim is cancelled (run_void)
         self.code_take = _Script(client, "code_take")
         self.code_give_back = _Script(client, "code_give_back", gives_back=True)
 
@@ -360,8 +362,8 @@ def claim_call(
     args: list[str | int] = [user_id, deadline_ms, answer, conf.shopper_per_second, f"u:{user_id}",
                              conf.ip_per_second if client_ip else 0, f"i:{client_ip}", OWN_ANSWER_KEEP_MS,
                              conf.drain_trigger_ttl_ms]
-    if idempotency_key is not None:
-        args += [digest, conf.idempotency_ttl_ms]
+    if idempotency_key is not None:  # with replica acks a repeat is told only once confirmed (claim.lua, void.lua)
+        args += [digest, conf.idempotency_ttl_ms, 1 if conf.replica_acks else 0]
     return ClaimCall(keys=call_keys, args=args, idem_key=idem_key, deadline_ms=deadline_ms, token=token)
 
 
@@ -473,7 +475,7 @@ async def _stored_answer_after_async(idem_key: str, field: str, deadline_ms: int
 
 
 def _parse_stored(stored: bytes | str | None) -> tuple[int, str] | None:
-    """A stored answer "<code>:<ledger id>[:<token>[:d]]" (None: absent, or 'void': taken back, never given);
+    """A stored answer "<code>:<ledger id>[:<token>[:<told>]]" (None: absent, or 'void': taken back, never given);
     an own answer in the second's hash has no token (its field names it)."""
     if stored is None:
         return None
@@ -556,16 +558,36 @@ def clear_drain_trigger(campaign_id: int) -> None:
         raise StoreUnavailable(str(exc)) from exc
 
 
-def run_void(answer_key: str, token: str) -> str | None:
+class VoidNotConfirmed(StoreUnavailable):
+    """void.lua ran on the master but fewer replicas than COUPONS_REDIS_REPLICA_ACKS confirmed it in time: a
+    failover may still lose it (the claim's answer would then tell a repeat of its key 'claimed'), so the claim
+    is not cancelled yet; run_void again, with the claim it took back (`ledger_id`, if it did): where that void
+    holds it is returned again, where a failover lost it the claim is decided anew."""
+
+    def __init__(self, message: str, ledger_id: str | None) -> None:
+        super().__init__(message)
+        self.ledger_id = ledger_id
+
+
+def run_void(answer_key: str, token: str, again: str = "") -> str | None:
     """Take back the claim the request `token` made, whose answer is under `answer_key` (void.lua); return its
-    ledger id when it must be cancelled now, None when there is nothing to take back. Raise StoreUnavailable."""
+    ledger id when it must be cancelled now, None when there is nothing to take back. Raise StoreUnavailable
+    (VoidNotConfirmed with replica acks when the replicas did not confirm it: run it again with `again`, the
+    ledger id that run took back)."""
     try:
-        taken, ledger_id = scripts().void(keys=[answer_key], args=[token])
+        taken, ledger_id = scripts().void(keys=[answer_key], args=[token, again])
+    except NotAcknowledged as exc:
+        taken, ledger_id = exc.reply
+        raise VoidNotConfirmed(str(exc), _text(ledger_id) if int(taken) else None) from exc
     except redis.RedisError as exc:
         raise StoreUnavailable(str(exc)) from exc
     if not int(taken):
         return None
-    return ledger_id.decode() if isinstance(ledger_id, bytes) else str(ledger_id)
+    return _text(ledger_id)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def to_ms(moment: datetime) -> int:

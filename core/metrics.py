@@ -6,6 +6,7 @@ without shared state; the Celery queue length is this module's own.
 from __future__ import annotations
 
 import os
+import urllib.parse
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -46,7 +47,17 @@ def _broker_client(url: str) -> Any:
     client = _broker_clients.get(url)
     if client is None:
         timeout = settings.COUPONS_REDIS_SOCKET_TIMEOUT
-        client = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+        if url.startswith("sentinel://"):  # the master the sentinels name (config.settings.base.follow_sentinels)
+            from redis.sentinel import Sentinel
+
+            first = urllib.parse.urlsplit(url.split(";", 1)[0])
+            sentinel = Sentinel(settings.REDIS_SENTINELS, socket_timeout=timeout, socket_connect_timeout=timeout)
+            client = sentinel.master_for(settings.CELERY_BROKER_TRANSPORT_OPTIONS["master_name"],
+                                         socket_timeout=timeout, socket_connect_timeout=timeout,
+                                         username=first.username, password=first.password,
+                                         db=int(first.path.strip("/") or 0))
+        else:
+            client = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
         _broker_clients[url] = client
     return client
 
@@ -66,7 +77,7 @@ class CeleryQueueCollector(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         url = settings.CELERY_BROKER_URL or ""
-        if not url.startswith(("redis://", "rediss://", "unix://")):
+        if not url.startswith(("redis://", "rediss://", "unix://", "sentinel://")):
             return
         length = GaugeMetricFamily("couponrush_celery_queue_length", "tasks waiting in the broker's queue",
                                    labels=["queue"])

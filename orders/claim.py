@@ -21,7 +21,7 @@ from django.utils import timezone
 from campaigns import redis_state
 from campaigns.errors import CampaignStateLost
 from campaigns.models import Campaign, CampaignKind
-from campaigns.redis_state import ClaimCode, ClaimOutcomeUnknown, StoreUnavailable
+from campaigns.redis_state import ClaimCode, ClaimOutcomeUnknown, StoreUnavailable, VoidNotConfirmed
 from campaigns.services import campaign_preheat
 from core.background import InBackground
 from core.errors import NotFound, RateLimited, Unavailable
@@ -285,12 +285,20 @@ class ClaimVoider(InBackground):
 def void_claim(unknown: ClaimOutcomeUnknown) -> str | None:
     """Take back the claim of a request answered 503 (ClaimVoider); return its claim id if it was cancelled.
     Raise StoreUnavailable or Unavailable (try again later: a claim marked void is remembered on `unknown`,
-    so a retry goes on to cancel it)."""
+    so a retry goes on to cancel it). With replica acks the claim is cancelled only once a run of void.lua was
+    confirmed (VoidNotConfirmed: tried again): a failover that lost the void would leave the claim's answer
+    telling a repeat of its key 'claimed' for a claim PostgreSQL holds cancelled. The confirmed run decides."""
+    if not unknown.voided:
+        try:
+            ledger_id = redis_state.run_void(unknown.answer_key, unknown.token, unknown.unconfirmed_void)
+        except VoidNotConfirmed as exc:
+            unknown.unconfirmed_void = exc.ledger_id or unknown.unconfirmed_void
+            raise
+        if ledger_id is not None:
+            unknown.claim_id = ledger.claim_id_of(unknown.campaign_id, ledger_id)
+        unknown.voided = True
     if unknown.claim_id is None:
-        ledger_id = redis_state.run_void(unknown.answer_key, unknown.token)
-        if ledger_id is None:
-            return None
-        unknown.claim_id = ledger.claim_id_of(unknown.campaign_id, ledger_id)
+        return None
     claim_id = unknown.claim_id
     outcome = claim_cancel(user_id=unknown.user_id, claim_id=claim_id)
     log.warning("took back claim %s: its request had been answered 503 (%s)", claim_id, outcome.status,

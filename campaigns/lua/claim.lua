@@ -12,8 +12,10 @@ KEYS[5] second  hash    this second's claims (redis_state.CampaignKeys.second): 
                         the answers "a:<token>" = "<code>:<ledger id>" of the claims made without an
                         Idempotency-Key; it expires ARGV[8] ms after its first claim
 KEYS[6] idem    string  only for a claim with the shopper's Idempotency-Key: its answer
-                        "<code>:<ledger id>:<token>[:d]" (":d" once a repeat of the key was told it), read first
-                        (a replay) and written last
+                        "<code>:<ledger id>:<token>[:<told>]", read first (a replay) and written last; <told> is
+                        "d" once a repeat of the key was told it, or with replica acks the repeats' tokens
+                        "+<token>..." (each told once its WAIT confirmed it), after an "o" once the request
+                        that made the claim gave up (void.lua)
 ARGV[1] user id (validated by the caller)
 ARGV[2] deadline, milliseconds in Redis's clock: after it the caller has given up (answered 503), so the
         claim must not happen (a Redis frozen, then resumed, would otherwise run a claim nobody was told of)
@@ -26,6 +28,7 @@ ARGV[9] how long a drain trigger counts as pending, milliseconds
 ARGV[10] with KEYS[6]: the digest of the shopper's Idempotency-Key, kept in the ledger entry (field k) and so in
          PostgreSQL, from where a rebuilt Redis restores the answer of a claim made with a key
 ARGV[11] with KEYS[6]: how long its answer is kept, milliseconds
+ARGV[12] with KEYS[6]: "1" when an answer is told only once replicas confirmed it (COUPONS_REDIS_REPLICA_ACKS)
 
 Returns {code, ledger_id, flags}
   code       0 claimed, 1 limit_reached, 2 sold_out, 3 not_started, 4 ended, 5 paused,
@@ -55,7 +58,11 @@ if idem then  -- a claim made without a key has a fresh token: its answer is nev
   if previous and previous ~= 'void' then
     local code, ledger_id, token, told = string.match(previous, '^([^:]*):([^:]*):?([^:]*):?([^:]*)$')
     if code == '0' and told ~= 'd' then
-      call('SET', idem, code .. ':' .. ledger_id .. ':' .. token .. ':d', 'KEEPTTL')
+      -- Told from here on (':d': void.lua leaves the claim standing); with replica acks (ARGV[12] '1') this
+      -- repeat is told only once WAIT confirmed it, so it joins the repeats in flight instead ('+<token>'),
+      -- from which one not confirmed takes itself out again (void.lua)
+      told = ARGV[12] == '1' and told .. '+' .. ARGV[3] or 'd'
+      call('SET', idem, code .. ':' .. ledger_id .. ':' .. token .. ':' .. told, 'KEEPTTL')
     end
     return {tonumber(code), ledger_id, 1}
   end

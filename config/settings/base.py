@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Any, overload
+from urllib.parse import urlsplit
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -228,6 +229,42 @@ if COUPONS_REDIS_CLUSTER:  # Celery and django-redis speak to one server, not to
         raise ImproperlyConfigured("REDIS_CLUSTER=1 needs CELERY_BROKER_URL: the broker (and the cache) must be a "
                                    "plain Redis, not a node of the cluster")
     CACHES["default"]["LOCATION"] = CELERY_BROKER_URL
+CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {}
+
+
+def follow_sentinels(conf: dict[str, Any]) -> None:
+    """With REDIS_SENTINELS, point the Django cache (django-redis's SentinelConnectionFactory) and Celery's
+    broker (kombu's sentinel:// transport, master_name in CELERY_BROKER_TRANSPORT_OPTIONS) at the master the
+    sentinels name, as the campaign clients are: each new connection asks the sentinels, so after a failover
+    they reach the new master. Each keeps its URL's password and database; one on another server than
+    REDIS_URL's (a broker of its own) is left alone. `conf` is a settings module's globals(): dev and test call
+    it again after setting their own URLs."""
+    sentinels, master = conf["REDIS_SENTINELS"], conf["REDIS_SENTINEL_MASTER"]
+    if not sentinels:
+        return
+    server = urlsplit(conf["REDIS_URL"] or "redis://").netloc.rpartition("@")[2]
+
+    def on_master(url: str) -> tuple[str, str] | None:  # (user:password@, db) of a URL of REDIS_URL's server
+        parts = urlsplit(url or "redis://")
+        auth, _, where = parts.netloc.rpartition("@")
+        if parts.scheme not in ("redis", "rediss") or where != server:
+            return None
+        return (f"{auth}@" if auth else ""), (parts.path.strip("/") or "0")
+
+    cache = conf["CACHES"]["default"]
+    found = on_master(cache["LOCATION"])
+    if found is not None:
+        cache["LOCATION"] = f"redis://{found[0]}{master}/{found[1]}"  # its host part names the master
+        cache["OPTIONS"] = {**cache["OPTIONS"], "CONNECTION_FACTORY": "django_redis.pool.SentinelConnectionFactory",
+                            "SENTINELS": sentinels}
+    found = on_master(conf["CELERY_BROKER_URL"])
+    if found is not None:
+        conf["CELERY_BROKER_URL"] = ";".join(f"sentinel://{found[0]}{host}:{port}/{found[1]}"
+                                             for host, port in sentinels)
+        conf["CELERY_BROKER_TRANSPORT_OPTIONS"] = {**conf["CELERY_BROKER_TRANSPORT_OPTIONS"], "master_name": master}
+
+
+follow_sentinels(globals())
 CELERY_BROKER_CONNECTION_TIMEOUT = 2
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_IGNORE_RESULT = True

@@ -39,8 +39,9 @@ _db_options.update(keepalives=1, keepalives_idle=30, keepalives_interval=10, kee
 
 # Redis: the campaigns' client and the cache time out in COUPONS_REDIS_SOCKET_TIMEOUT (base, 0.5 s). The
 # broker's connection gets timeouts too (a dead broker must not hang a drain trigger or a beat tick) and a
-# health check of idle connections.
+# health check of idle connections (beside base's master_name when the broker is found through Sentinel).
 CELERY_BROKER_TRANSPORT_OPTIONS = {
+    **CELERY_BROKER_TRANSPORT_OPTIONS,  # noqa: F405
     "socket_timeout": env_int("CELERY_BROKER_SOCKET_TIMEOUT", 5),
     "socket_connect_timeout": env_int("CELERY_BROKER_SOCKET_TIMEOUT", 5),
     "socket_keepalive": True,

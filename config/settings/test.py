@@ -1,6 +1,6 @@
 """Tests: real PostgreSQL and Redis (never SQLite or a fake), a Redis database of their own."""
 from .base import *  # noqa: F403
-from .base import database_from_env, env, load_devstack_env
+from .base import database_from_env, env, follow_sentinels, load_devstack_env
 
 load_devstack_env()
 DEBUG = False
@@ -9,6 +9,7 @@ DATABASES = {"default": database_from_env()}
 REDIS_URL = env("TEST_REDIS_URL") or f"{(env('REDIS_URL') or '').rsplit('/', 1)[0]}/15"
 CACHES["default"]["LOCATION"] = REDIS_URL  # noqa: F405
 CELERY_BROKER_URL = env("TEST_CELERY_BROKER_URL") or f"{REDIS_URL.rsplit('/', 1)[0]}/14"
+follow_sentinels(globals())
 ALLOWED_HOSTS = ["*"]
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 

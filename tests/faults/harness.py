@@ -48,7 +48,7 @@ from ..conftest import ROOT, free_port, process_env
 REPORT = ROOT / "var" / "fault-report.jsonl"
 VALKEY_CONFIG = {"appendonly": "yes", "appendfsync": "everysec"}
 MAX_ANSWER_SECONDS = 2.0  # I7: inside the fault window no answer slower than this
-PERSIST_DEADLINE_SECONDS = 60.0  # I3: every 'claimed' answer is a coupon within this after the fault ends
+PERSIST_DEADLINE_SECONDS = 60.0  # I3, I4: every 'claimed' answer is a coupon, and no other, within this after the fault
 CLAIM_STATUSES = {200, 429, 503}  # what a well-formed, authenticated claim may be answered at all
 # The drain takes over ledger entries a dead or interrupted consumer read but never acknowledged once they are
 # this old (production: 30 s, COUPONS_DRAIN_RECLAIM_IDLE_MS). The same mechanism, sooner, so the suite waits
@@ -552,16 +552,18 @@ def run_load(stack: Stack, campaign: CampaignInfo, window: Window, inject: Calla
 
 
 def settle(stack: Stack, campaign: CampaignInfo, load: Load, window: Window) -> float | None:
-    """Wait until the ledger is drained and every 'claimed' answer is a coupon in PostgreSQL, at most until
-    PERSIST_DEADLINE_SECONDS after the fault ended; return how long after the fault's end that was."""
+    """Wait until the ledger is drained, every 'claimed' answer is a coupon in PostgreSQL and every other
+    coupon revoked (the voider took back the claims of requests answered 503: with replica acks only once a
+    replica confirmed the void, so it may finish after the drain), at most until PERSIST_DEADLINE_SECONDS after
+    the fault ended; return how long after the fault's end that was."""
     claimed = {a.claim_id for a in load.answers if a.outcome == "claimed"}
     deadline = window.end + PERSIST_DEADLINE_SECONDS
     table = Coupon._meta.db_table
     while True:
         with contextlib.suppress(redis_py.RedisError, psycopg.Error, StopIteration):
-            coupons = {row[0] for row in stack.sql(f"SELECT claim_id FROM {table} WHERE campaign_id = %s",
-                                                   (campaign.id,))}
-            if claimed <= coupons and stack.backlog(campaign) == 0:
+            coupons = {row[0] for row in stack.sql(f"SELECT claim_id FROM {table} WHERE campaign_id = %s "
+                                                   "AND status <> %s", (campaign.id, CouponStatus.REVOKED))}
+            if claimed == coupons and stack.backlog(campaign) == 0:
                 return time.monotonic() - window.end
         if time.monotonic() > deadline:
             return None

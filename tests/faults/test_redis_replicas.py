@@ -4,6 +4,7 @@ acknowledging turns claims into fast 503s (taken back), never into claims a fail
 from __future__ import annotations
 
 import asyncio
+import copy
 import io
 import json
 import os
@@ -13,19 +14,26 @@ import time
 from typing import Any
 
 import pytest
+from celery import Celery
+from django.conf import settings
+from django.core.cache import caches
 from django.core.management import call_command
 from django.test import override_settings
 
-from campaigns.redis_state import campaign_keys, redis_client, reset_redis_client
+from campaigns.redis_state import campaign_keys, key_digest, redis_client, reset_redis_client
 from campaigns.services import campaign_preheat
+from config.settings.base import follow_sentinels
 from core.errors import Unavailable
+from core.metrics import CeleryQueueCollector
+from coupons.models import Coupon
+from devstack import resolve, worker_command
 from orders.claim import claim_create, claim_create_async
 from orders.drain import drain_campaign
-from orders.models import Claim
+from orders.models import Claim, ParkedLedgerEntry
 
-from ..conftest import run_coroutine
+from ..conftest import process_env, run_coroutine
 from ..factories import CampaignFactory
-from .harness import Valkey, Window, run_fault, wait_until
+from .harness import Proc, Valkey, Window, run_fault, wait_until
 from .replicas import MASTER_NAME, Sentinel, start_replica
 
 pytestmark = [pytest.mark.slow]
@@ -73,6 +81,12 @@ def _claims_503_while_the_replica_is_stopped(replica: Valkey) -> None:
         for t in threads:
             t.join()
         elapsed = time.monotonic() - started
+        # Every one ran on the master, and the voider takes it back only once a replica confirmed the void: a
+        # failover now could lose an unconfirmed void and keep the claim's answer, which would tell a repeat of
+        # its key 'claimed' for a claim PostgreSQL holds cancelled. So nothing is cancelled yet.
+        time.sleep(1.0)
+        assert int(redis_client().get(keys.stock)) == 14
+        assert not Claim.objects.filter(campaign=campaign, status="cancelled").exists()
     finally:
         os.kill(replica.pid, signal.SIGCONT)
 
@@ -114,11 +128,44 @@ def failover(stack: Any, replica: Valkey, sentinel: Sentinel, window: Window) ->
     window.close()
 
 
-# Known defect (issue 22, open): with the 2 cores loaded (two busy loops beside the fault stack) one run of 6 saw
-# "I3: 1 claims answered 'claimed' have no coupon 60 s after the fault" with acks=1; quiet runs pass. Until it is
-# explained (a loss, or a drain that took over 60 s under load) the acks=1 case reports XFAIL/XPASS, not green.
+def _explain(stack: Any, campaign: Any, load: Any, window: Window) -> None:
+    """Print, for each coupon nobody was told of (I4) and each 'claimed' without a coupon (I3), its claim in
+    PostgreSQL, its ledger entry on the (new) master, the drain's pending entries, a parked entry, and every
+    request of its shopper and Idempotency-Key; then wait a minute more for the missing ones (a slow drain, or
+    a loss?)."""
+    told = {a.claim_id for a in load.answers if a.outcome == "claimed"}
+    coupons = dict(stack.sql(f"SELECT claim_id, user_id FROM {Coupon._meta.db_table} WHERE campaign_id = %s "
+                             "AND status <> 'revoked'", (campaign.id,)))
+    lost = [c for c in told if c not in coupons]
+    for cid in [c for c in coupons if c not in told] + lost:
+        rows = stack.sql(f"SELECT user_id, key_digest, status, claimed_at FROM {Claim._meta.db_table} "
+                         "WHERE claim_id = %s", (cid,))
+        ledger_id = cid.split("-", 1)[1]
+        keys = campaign_keys(campaign.id)
+        admin = stack.redis.admin()
+        print("WHERE", cid, "coupon" if cid in coupons else "NO coupon", "pg:", rows,
+              "ledger:", admin.xrange(keys.ledger, ledger_id, ledger_id),
+              "pending:", admin.xpending(keys.ledger, "drain"),
+              "parked:", stack.sql(f"SELECT entry_id, error FROM {ParkedLedgerEntry._meta.db_table} "
+                                   "WHERE entry_id = %s", (ledger_id,)))
+        for a in load.answers:
+            if (rows and a.shopper == rows[0][0] and a.key is not None and key_digest(a.key) == rows[0][1]) \
+                    or a.claim_id == cid:
+                print("   ", a.shopper, a.key, a.status, a.outcome, a.claim_id, "replayed" if a.replayed else "",
+                      round(a.sent - window.start, 3), round(a.answered - window.start, 3))
+    if lost:
+        arrived = wait_until(lambda: not [c for c in lost if c not in {r[0] for r in stack.sql(
+            f"SELECT claim_id FROM {Coupon._meta.db_table} WHERE campaign_id = %s", (campaign.id,))}], 60, 1.0)
+        print("WHERE lost ones arrived", None if arrived is None else round(arrived - window.end, 1),
+              "s after the fault")
+
+
+# acks=1 was flaky under CPU load (two busy loops on the 2 cores): "I3: 1 claims answered 'claimed' have no coupon"
+# was a real loss, not a slow drain: the claim was cancelled in PostgreSQL by the voider after a void.lua the
+# replica never got, and a repeat of its key on the promoted replica was told 'claimed' (now: a void is confirmed
+# before the cancel, orders.claim.void_claim). _explain prints where such a claim is when one shows up again.
 @pytest.mark.parametrize("acks", [
-    pytest.param(1, marks=pytest.mark.xfail(strict=False, reason="I3 seen once under CPU load: issue 22, open")),
+    1,
     pytest.param(0, marks=pytest.mark.skipif(
         not os.environ.get("COUPONRUSH_SHOW_FAILOVER_LOSS"), reason="shows the loss WAIT prevents: run on demand"))])
 def test_a_sentinel_failover_loses_no_claim_answered_claimed(fault_stack, tmp_path, acks) -> None:
@@ -134,9 +181,10 @@ def test_a_sentinel_failover_loses_no_claim_answered_claimed(fault_stack, tmp_pa
             reset_redis_client()
             campaign = fault_stack.boot(stock=450)
             window = Window()
-            _, problems = run_fault(fault_stack, campaign, window,
-                                    lambda load: failover(fault_stack, replica, sentinel, window),
-                                    fault=f"Redis master SIGKILL, Sentinel failover, replica acks {acks}")
+            load, problems = run_fault(fault_stack, campaign, window,
+                                       lambda load: failover(fault_stack, replica, sentinel, window),
+                                       fault=f"Redis master SIGKILL, Sentinel failover, replica acks {acks}")
+            _explain(fault_stack, campaign, load, window)
     finally:
         sentinel.stop()
         replica.stop()
@@ -144,9 +192,62 @@ def test_a_sentinel_failover_loses_no_claim_answered_claimed(fault_stack, tmp_pa
             fault_stack.spare.stop()
         reset_redis_client()
     if acks:
-        # Known gap (docs/design.md, "Replicas and failover"): a repeat of an Idempotency-Key whose replay was not
-        # confirmed marked the answer told (':d') first, so void.lua leaves that claim standing though its
-        # shoppers were told 503: a coupon nobody was told of (I4), never a 'claimed' lost (I3).
-        assert not [p for p in problems if not p.startswith("I4:")]
+        assert not problems
     else:
         assert problems, "no claim was lost without WAIT this time"
+
+
+def test_the_cache_and_a_celery_worker_follow_a_sentinel_failover(transactional_db, tmp_path) -> None:
+    """REDIS_SENTINELS points the Django cache and Celery's broker at the master as well
+    (config.settings.base.follow_sentinels): a real worker of the project answers through it, and after the
+    master is killed and the replica promoted, the cache and the worker reach the new master."""
+    master = Valkey(tmp_path / "master")
+    master.start()
+    replica, sentinel, worker = None, None, None
+    try:
+        replica = start_replica(master, tmp_path / "replica")
+        sentinel = Sentinel(master, tmp_path / "sentinel")
+        # What config/settings/test.py makes of it (the broker on REDIS_URL's server, database 14).
+        conf: dict[str, Any] = {
+            "REDIS_SENTINELS": [("127.0.0.1", sentinel.port)], "REDIS_SENTINEL_MASTER": MASTER_NAME,
+            "REDIS_URL": master.url, "CACHES": copy.deepcopy(settings.CACHES),
+            "CELERY_BROKER_URL": f"redis://127.0.0.1:{master.port}/14", "CELERY_BROKER_TRANSPORT_OPTIONS": {}}
+        conf["CACHES"]["default"]["LOCATION"] = master.url
+        follow_sentinels(conf)
+        assert conf["CELERY_BROKER_URL"] == f"sentinel://127.0.0.1:{sentinel.port}/14"
+        assert conf["CACHES"]["default"]["LOCATION"] == f"redis://{MASTER_NAME}/0"
+        env = {**process_env(), "TEST_REDIS_URL": master.url, "TEST_CELERY_BROKER_URL": "",
+               "REDIS_SENTINELS": sentinel.address, "REDIS_SENTINEL_MASTER": MASTER_NAME}
+        worker = Proc("worker", resolve([*worker_command(), "-n", "sentinel@%h"]), env, tmp_path)
+        worker.wait_for_line(" ready.", 60)
+        app = Celery("sentinel-probe", broker=conf["CELERY_BROKER_URL"], set_as_current=False)  # not the tests' app
+        app.conf.broker_transport_options = conf["CELERY_BROKER_TRANSPORT_OPTIONS"]
+        with override_settings(CACHES=conf["CACHES"]):
+            cache = caches.create_connection("default")
+
+            def works(server: Valkey, n: int) -> bool:
+                cache.set("probe", n)
+                return bool(cache.get("probe") == n and server.admin().exists("cache:1:probe")
+                            and app.control.ping(timeout=1.0) and broker_up())
+
+            def broker_up() -> bool:  # the broker's metrics read the master through the sentinels too
+                with override_settings(CELERY_BROKER_URL=conf["CELERY_BROKER_URL"], REDIS_SENTINELS=conf[
+                        "REDIS_SENTINELS"], CELERY_BROKER_TRANSPORT_OPTIONS=conf["CELERY_BROKER_TRANSPORT_OPTIONS"]):
+                    up = next(f for f in CeleryQueueCollector().collect() if f.name == "couponrush_celery_broker_up")
+                return up.samples[0].value == 1
+
+            assert works(master, 1)
+            assert master.admin().info("clients")["connected_clients"] >= 3  # the cache's, the worker's, ours
+            master.kill()
+            assert wait_until(lambda: sentinel.master_port() == replica.port
+                              and replica.admin().info("replication")["role"] == "master", 30)
+            # The first command on a connection to the dead master fails (no retries, as the campaign clients);
+            # the next connection asks the sentinels and reaches the promoted replica.
+            assert wait_until(lambda: works(replica, 2), 30), worker.log()[-2000:]
+            assert replica.admin().get("cache:1:probe") == b"2"  # django-redis stores an int as it is
+    finally:
+        if worker is not None:
+            worker.kill_all()
+        for server in (sentinel, replica, master):
+            if server is not None:
+                server.stop()

@@ -14,6 +14,7 @@ from django.test import override_settings
 
 from campaigns.redis_state import (
     ClaimOutcomeUnknown,
+    VoidNotConfirmed,
     campaign_keys,
     claim_call,
     redis_client,
@@ -80,6 +81,88 @@ def test_a_request_that_gave_up_never_takes_back_an_earlier_claim_made_with_the_
     assert void_claim(repeat) is None
     assert claim_create(campaign_id=campaign.pk, user_id="ann", idempotency_key="order-1").claim_id == first.claim_id
     assert int(redis_client().get(keys.stock)) == 4
+
+
+def run_acked(campaign, user: str, key: str) -> tuple[int, bool, ClaimOutcomeUnknown]:
+    """Run the claim script as a request does with replica acks (a repeat is told only once WAIT confirmed it),
+    without the WAIT: (code, replayed, what the request hands the voider if its WAIT then fails)."""
+    with override_settings(COUPONS_REDIS_REPLICA_ACKS=1):
+        call = claim_call(campaign_id=campaign.pk, user_id=user, idempotency_key=key, client_ip=None,
+                          now_ms=redis_now_ms())
+    code, _, flags = scripts().claim.registered(keys=call.keys, args=call.args)
+    return int(code), bool(int(flags) & 1), ClaimOutcomeUnknown(
+        "not confirmed", campaign_id=campaign.pk, user_id=user, answer_key=call.idem_key, token=call.token)
+
+
+@pytest.mark.parametrize("owner_first", [True, False])
+def test_with_replica_acks_a_claim_whose_every_request_gave_up_is_taken_back(live_campaign, owner_first) -> None:
+    # The claim and a repeat of its key both ran, neither was confirmed by a replica in time: both answered 503,
+    # so nobody was told, and whichever voids last takes the claim back (issue 22: this one used to stand).
+    campaign = live_campaign(total_stock=5, per_user_limit=1)
+    code, replayed, owner = run_acked(campaign, "ann", "order-1")
+    assert (code, replayed) == (0, False)
+    code, replayed, repeat = run_acked(campaign, "ann", "order-1")
+    assert (code, replayed) == (0, True)
+    first, last = (owner, repeat) if owner_first else (repeat, owner)
+
+    assert void_claim(first) is None
+    claim_id = void_claim(last)
+    keys = campaign_keys(campaign.pk)
+    assert claim_id is not None and int(redis_client().get(keys.stock)) == 5
+    drain_campaign(campaign_id=campaign.pk)
+    assert Claim.objects.get(claim_id=claim_id).status == ClaimStatus.CANCELLED
+    assert claim_create(campaign_id=campaign.pk, user_id="ann", idempotency_key="order-1").claim_id != claim_id
+    assert campaign_verify(campaign=campaign).balanced
+
+
+def test_with_replica_acks_a_claim_stands_once_one_of_its_requests_was_told(live_campaign) -> None:
+    campaign = live_campaign(total_stock=5, per_user_limit=1)
+    keys = campaign_keys(campaign.pk)
+    # The owner told (its WAIT confirmed it), a repeat not confirmed: the repeat takes only itself out.
+    run_acked(campaign, "ann", "order-1")  # told: its WAIT confirmed it
+    _, _, unconfirmed = run_acked(campaign, "ann", "order-1")
+    assert void_claim(unconfirmed) is None
+    # The owner gave up, a repeat was told, a later one not confirmed: the one told keeps the claim.
+    _, _, owner = run_acked(campaign, "bob", "order-2")
+    run_acked(campaign, "bob", "order-2")  # told: its WAIT confirmed it
+    _, _, later = run_acked(campaign, "bob", "order-2")
+    assert void_claim(owner) is None and void_claim(later) is None
+
+    assert int(redis_client().get(keys.stock)) == 3
+    drain_campaign(campaign_id=campaign.pk)
+    assert Claim.objects.filter(campaign=campaign, status=ClaimStatus.CANCELLED).count() == 0
+    assert campaign_verify(campaign=campaign).balanced
+
+
+def test_with_replica_acks_a_claim_is_cancelled_only_once_its_void_was_confirmed(live_campaign) -> None:
+    # No replica here: with acks=1 every WAIT confirms nothing (a replica stopped); acks=0 stands for the replica
+    # back (the same script, its change confirmed). The third case is a failover that lost the void.
+    campaign = live_campaign(total_stock=5, per_user_limit=2)
+    keys = campaign_keys(campaign.pk)
+    gave_up = {user: run_acked(campaign, user, "order-1")[2] for user in ("ann", "bob", "cat")}
+    before = {user: redis_client().get(unknown.answer_key) for user, unknown in gave_up.items()}
+    with override_settings(COUPONS_REDIS_REPLICA_ACKS=1, COUPONS_REDIS_REPLICA_ACK_TIMEOUT_MS=10):
+        for unknown in gave_up.values():
+            with pytest.raises(VoidNotConfirmed):
+                void_claim(unknown)
+    assert int(redis_client().get(keys.stock)) == 2  # nothing cancelled yet
+
+    # ann: the void holds; bob: it holds, and a repeat of his key was decided anew since (a new claim).
+    anew = claim_create(campaign_id=campaign.pk, user_id="bob", idempotency_key="order-1")
+    assert anew.status == "claimed" and not anew.replayed
+    # cat: a failover lost the void (the promoted replica has the answer as it was), and there a repeat of her key
+    # was told 'claimed' (its WAIT confirmed it).
+    redis_client().set(gave_up["cat"].answer_key, before["cat"], keepttl=True)
+    code, replayed, _ = run_acked(campaign, "cat", "order-1")
+    assert (code, replayed) == (0, True)
+
+    assert void_claim(gave_up["ann"]) is not None
+    assert void_claim(gave_up["bob"]) is not None
+    assert void_claim(gave_up["cat"]) is None  # it stands: cat was told
+    drain_campaign(campaign_id=campaign.pk)
+    assert sorted(Claim.objects.filter(campaign=campaign).exclude(status=ClaimStatus.CANCELLED)
+                  .values_list("user_id", flat=True)) == ["bob", "cat"]
+    assert campaign_verify(campaign=campaign).balanced
 
 
 def test_a_claim_that_never_ran_leaves_nothing_to_take_back(live_campaign) -> None:

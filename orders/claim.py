@@ -92,6 +92,7 @@ def _campaign_facts(campaign_id: int) -> _CampaignFacts:
 def forget_campaign_facts() -> None:
     """Forget all this process remembers of campaigns: their facts and which sold out."""
     _facts.clear()
+    redis_state.forget_bucket_counts()
     sold_out_until.clear()
 
 
@@ -291,7 +292,7 @@ def void_claim(unknown: ClaimOutcomeUnknown) -> str | None:
     Raise StoreUnavailable or Unavailable (try again later: a claim marked void is remembered on `unknown`,
     so a retry goes on to cancel it)."""
     if unknown.claim_id is None:
-        ledger_id = redis_state.run_void(unknown.answer_key, unknown.token)
+        ledger_id = redis_state.run_void(unknown.answer_key, unknown.token, unknown.bucket)
         if ledger_id is None:
             return None
         unknown.claim_id = ledger.claim_id_of(unknown.campaign_id, ledger_id)

@@ -1,7 +1,9 @@
 """The campaign's claim ledger in Redis, seen from the drain: read, reclaim, acknowledge, snapshot, trim.
 
 A ledger entry is a stream entry {u: user id}; its id "<ms>-<seq>" is the claim's time and, prefixed with
-the campaign id, the claim id. The drain acknowledges entries once they are in PostgreSQL; they stay in the
+the campaign id, the claim id. A campaign split into buckets has a ledger per bucket: the claim id of bucket
+b >= 1 ends in "-<b>" (redis_state.ledger_ref), and every function here takes the bucket.
+The drain acknowledges entries once they are in PostgreSQL; they stay in the
 stream for COUPONS_LEDGER_RETENTION_SECONDS more (so reconciliation can see a persisted claim PostgreSQL
 lost since), then the housekeeping trims them (never an entry not yet delivered or still pending).
 """
@@ -14,10 +16,22 @@ from typing import Any
 
 import redis
 
-from campaigns.redis_state import DRAIN_GROUP, StoreUnavailable, campaign_keys, redis_client, replicated
+from campaigns.redis_state import (
+    DRAIN_GROUP,
+    MAX_BUCKETS,
+    StoreUnavailable,
+    bucket_counts,
+    campaign_keys,
+    ledger_ref,
+    move_counts,
+    received_moves,
+    redis_client,
+    replicated,
+    split_ref,
+)
 from core.auth import USER_ID_RE
 
-CLAIM_ID_RE = re.compile(r"([1-9][0-9]{0,17})-([0-9]{1,15})-([0-9]{1,10})")
+CLAIM_ID_RE = re.compile(r"([1-9][0-9]{0,17})-([0-9]{1,15})-([0-9]{1,10})(?:-([1-9][0-9]?))?")
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,10 +41,16 @@ class LedgerEntry:
     user_id: str
     key_digest: str = ""  # of the shopper's Idempotency-Key, when the claim came with one
     raw: dict[str, str] = field(default_factory=dict, compare=False, repr=False)  # every field, as Redis held it
+    bucket: int = 0
+
+    @property
+    def ref(self) -> str:
+        """The entry across the campaign's buckets (redis_state.ledger_ref)."""
+        return ledger_ref(self.entry_id, self.bucket)
 
     @property
     def claim_id(self) -> str:
-        return f"{self.campaign_id}-{self.entry_id}"
+        return f"{self.campaign_id}-{self.ref}"
 
     @property
     def claimed_at(self) -> datetime:
@@ -42,11 +62,12 @@ def claim_id_of(campaign_id: int, entry_id: str) -> str:
 
 
 def parse_claim_id(text: str) -> tuple[int, str] | None:
-    """Return (campaign id, ledger entry id) of a claim id, or None when `text` is not one."""
+    """Return (campaign id, ledger_ref: the entry id and its bucket) of a claim id, or None when `text` is not
+    one."""
     match = CLAIM_ID_RE.fullmatch(text)
-    if match is None:
+    if match is None or (match.group(4) and int(match.group(4)) >= MAX_BUCKETS):
         return None
-    return int(match.group(1)), f"{match.group(2)}-{match.group(3)}"
+    return int(match.group(1)), text[len(match.group(1)) + 1:]
 
 
 def _decode(value: bytes | str) -> str:
@@ -58,13 +79,14 @@ def _text(value: bytes | str) -> str:
     return value.decode(errors="backslashreplace") if isinstance(value, bytes) else value
 
 
-def _entries(campaign_id: int, raw: Any) -> list[LedgerEntry]:
+def _entries(campaign_id: int, raw: Any, bucket: int = 0) -> list[LedgerEntry]:
     entries = []
     for entry_id, fields in raw:
         if fields is None:  # deleted while pending
             continue
         text = {_text(k): _text(v) for k, v in fields.items()}
-        entries.append(LedgerEntry(campaign_id, _decode(entry_id), text.get("u", ""), text.get("k", ""), text))
+        entries.append(LedgerEntry(campaign_id, _decode(entry_id), text.get("u", ""), text.get("k", ""), text,
+                                   bucket))
     return entries
 
 
@@ -84,9 +106,9 @@ def entry_problem(entry: LedgerEntry) -> str | None:
     return None
 
 
-def read_new(campaign_id: int, *, consumer: str, count: int) -> list[LedgerEntry]:
+def read_new(campaign_id: int, *, consumer: str, count: int, bucket: int = 0) -> list[LedgerEntry]:
     """Read up to `count` entries never delivered to any consumer of the drain group."""
-    keys = campaign_keys(campaign_id)
+    keys = campaign_keys(campaign_id, bucket)
     try:
         pipe = redis_client().pipeline(transaction=False)
         pipe.xreadgroup(DRAIN_GROUP, consumer, {keys.ledger: ">"}, count=count)
@@ -99,12 +121,13 @@ def read_new(campaign_id: int, *, consumer: str, count: int) -> list[LedgerEntry
         raise StoreUnavailable(str(exc)) from exc
     if not reply:
         return []
-    return _entries(campaign_id, reply[0][1])
+    return _entries(campaign_id, reply[0][1], bucket)
 
 
-def reclaim_stale(campaign_id: int, *, consumer: str, min_idle_ms: int, count: int) -> list[LedgerEntry]:
+def reclaim_stale(campaign_id: int, *, consumer: str, min_idle_ms: int, count: int, bucket: int = 0
+                  ) -> list[LedgerEntry]:
     """Take over up to `count` entries another consumer read but has not acknowledged for `min_idle_ms`."""
-    keys = campaign_keys(campaign_id)
+    keys = campaign_keys(campaign_id, bucket)
     try:
         pipe = redis_client().pipeline(transaction=False)
         pipe.xautoclaim(keys.ledger, DRAIN_GROUP, consumer, min_idle_ms, "0-0", count=count)
@@ -115,15 +138,15 @@ def reclaim_stale(campaign_id: int, *, consumer: str, min_idle_ms: int, count: i
         raise StoreUnavailable(str(exc)) from exc
     except redis.RedisError as exc:
         raise StoreUnavailable(str(exc)) from exc
-    return _entries(campaign_id, reply[1])
+    return _entries(campaign_id, reply[1], bucket)
 
 
-def acknowledge(campaign_id: int, entry_ids: list[str]) -> None:
+def acknowledge(campaign_id: int, entry_ids: list[str], bucket: int = 0) -> None:
     """Acknowledge entries persisted in PostgreSQL (they leave the group's pending list)."""
     if not entry_ids:
         return
     try:
-        redis_client().xack(campaign_keys(campaign_id).ledger, DRAIN_GROUP, *entry_ids)
+        redis_client().xack(campaign_keys(campaign_id, bucket).ledger, DRAIN_GROUP, *entry_ids)
     except redis.RedisError as exc:
         raise StoreUnavailable(str(exc)) from exc
 
@@ -134,12 +157,18 @@ def _id_tuple(entry_id: str) -> tuple[int, int]:
 
 
 def trim(campaign_id: int, *, retention_ms: int, now_ms: int) -> int:
+    """trim_bucket() of every bucket of the campaign."""
+    return sum(trim_bucket(campaign_id, retention_ms=retention_ms, now_ms=now_ms, bucket=bucket)
+               for bucket in range(bucket_counts([campaign_id])[campaign_id]))
+
+
+def trim_bucket(campaign_id: int, *, retention_ms: int, now_ms: int, bucket: int = 0) -> int:
     """Delete acknowledged entries older than the retention; return how many went.
 
     The cut is the oldest of: now - retention, the first entry still pending, the first entry not yet
     delivered to the drain. Entries delivered later have larger ids, so they are never below the cut.
     """
-    keys = campaign_keys(campaign_id)
+    keys = campaign_keys(campaign_id, bucket)
     try:
         client = redis_client()
         groups: Any = client.xinfo_groups(keys.ledger)
@@ -163,14 +192,15 @@ def trim(campaign_id: int, *, retention_ms: int, now_ms: int) -> int:
         raise StoreUnavailable(str(exc)) from exc
 
 
-def pending_entry(campaign_id: int, entry_id: str) -> LedgerEntry | None:
-    """Return the entry if it still waits in the ledger (not yet persisted and deleted)."""
-    keys = campaign_keys(campaign_id)
+def pending_entry(campaign_id: int, ref: str) -> LedgerEntry | None:
+    """Return the entry (its ledger_ref) if it still waits in the ledger (not yet persisted and deleted)."""
+    entry_id, bucket = split_ref(ref)
+    keys = campaign_keys(campaign_id, bucket)
     try:
         raw = redis_client().xrange(keys.ledger, entry_id, entry_id)
     except redis.RedisError as exc:
         raise StoreUnavailable(str(exc)) from exc
-    entries = _entries(campaign_id, raw)
+    entries = _entries(campaign_id, raw, bucket)
     return entries[0] if entries else None
 
 
@@ -181,21 +211,27 @@ class LedgerSnapshot:
     last_id: str  # the last id the stream ever issued ("0-0" if none)
     cancelled: set[str]  # claim ids whose stock was given back
     users: dict[str, int]  # per-user claim counts ("" is the key's placeholder)
+    bucket: int = 0
+    share: int | None = None  # the bucket's share of the stock (meta's "share"; None: not recorded)
+    moves_out: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # pending: id -> (to, units, ms)
 
 
-def snapshot(campaign_id: int, *, chunk: int = 5000) -> LedgerSnapshot:
-    """A consistent cut of the campaign in Redis: stock, per-user counts, given-back claims and the stream's
-    last id in one MULTI; then the entries up to that id, read in chunks so Redis never stalls on a big
-    stream (entries below the cut never appear later; trimmed ones are acknowledged, so in PostgreSQL)."""
-    keys = campaign_keys(campaign_id)
+def snapshot(campaign_id: int, *, chunk: int = 5000, bucket: int = 0) -> LedgerSnapshot:
+    """A consistent cut of the campaign (of one bucket) in Redis: stock, share, per-user counts, given-back
+    claims, pending moves out and the stream's last id in one MULTI; then the entries up to that id, read in
+    chunks so Redis never stalls on a big stream (entries below the cut never appear later; trimmed ones are
+    acknowledged, so in PostgreSQL)."""
+    keys = campaign_keys(campaign_id, bucket)
     try:
         pipe = redis_client().pipeline(transaction=True)
         pipe.get(keys.stock)
         pipe.xinfo_stream(keys.ledger)
         pipe.smembers(keys.cancelled)
         pipe.hgetall(keys.users)
-        stock, info, cancelled, users = pipe.execute(raise_on_error=False)
-        for reply in (stock, cancelled, users):
+        pipe.hget(keys.meta, "share")
+        pipe.hgetall(keys.moves)
+        stock, info, cancelled, users, share, moves = pipe.execute(raise_on_error=False)
+        for reply in (stock, cancelled, users, share, moves):
             if isinstance(reply, Exception):
                 raise StoreUnavailable(str(reply))
         last_id = "0-0" if isinstance(info, Exception) else _decode(info["last-generated-id"])
@@ -203,7 +239,7 @@ def snapshot(campaign_id: int, *, chunk: int = 5000) -> LedgerSnapshot:
         start = "-"
         while last_id != "0-0":
             raw: Any = redis_client().xrange(keys.ledger, start, last_id, count=chunk)
-            entries.extend(_entries(campaign_id, raw))
+            entries.extend(_entries(campaign_id, raw, bucket))
             if len(raw) < chunk:
                 break
             start = "(" + _decode(raw[-1][0])
@@ -215,7 +251,41 @@ def snapshot(campaign_id: int, *, chunk: int = 5000) -> LedgerSnapshot:
         last_id=last_id,
         cancelled={_decode(m) for m in cancelled} - {""},
         users={_decode(k): int(v) for k, v in users.items()} if users else {},
+        bucket=bucket,
+        share=None if share is None else int(share),
+        moves_out={_decode(k): _move_of(v) for k, v in moves.items()} if moves else {},
     )
+
+
+def _move_of(value: bytes | str) -> tuple[int, int, int]:
+    to, units, ms = _decode(value).split(":")
+    return int(to), int(units), int(ms)
+
+
+@dataclass(frozen=True)
+class CampaignSnapshot:
+    """Every bucket's cut (snapshot()) of a campaign, and the stock in transit between them: taken out of a
+    bucket by a move whose receiver did not hold it yet. docs/design.md ("Buckets") says why the sum is exact."""
+
+    buckets: list[LedgerSnapshot]
+    in_transit: int
+    steady: bool  # no move ran while the cuts were taken (else the figures may be off by a move)
+
+
+def campaign_snapshot(campaign_id: int, buckets: int, *, tries: int = 20) -> CampaignSnapshot:
+    """The cuts of every bucket, taken while no move of stock between them ran: each bucket's move counter
+    read before and after, again (up to `tries` times) when one changed. Raise StoreUnavailable."""
+    if buckets == 1:
+        return CampaignSnapshot([snapshot(campaign_id)], 0, True)
+    for _ in range(tries):
+        before = move_counts(campaign_id, buckets)
+        cuts = [snapshot(campaign_id, bucket=b) for b in range(buckets)]
+        pending = [(to, move_id, units) for cut in cuts for move_id, (to, units, _) in cut.moves_out.items()]
+        received = received_moves(campaign_id, [(to, move_id) for to, move_id, _ in pending])
+        if move_counts(campaign_id, buckets) == before:
+            return CampaignSnapshot(cuts, sum(units for _, move_id, units in pending if move_id not in received),
+                                    True)
+    return CampaignSnapshot(cuts, sum(units for _, move_id, units in pending if move_id not in received), False)
 
 
 def backlog_sizes(campaign_ids: list[int]) -> dict[int, int]:
@@ -223,26 +293,38 @@ def backlog_sizes(campaign_ids: list[int]) -> dict[int, int]:
     or read and not acknowledged), in one pipelined round trip."""
     if not campaign_ids:
         return {}
+    counts = bucket_counts(campaign_ids)
     try:
         pipe = redis_client().pipeline(transaction=False)
         for campaign_id in campaign_ids:
-            pipe.xinfo_groups(campaign_keys(campaign_id).ledger)
-        replies = pipe.execute(raise_on_error=False)
+            for bucket in range(counts[campaign_id]):
+                pipe.xinfo_groups(campaign_keys(campaign_id, bucket).ledger)
+        replies = iter(pipe.execute(raise_on_error=False))
     except redis.RedisError as exc:
         raise StoreUnavailable(str(exc)) from exc
     sizes: dict[int, int] = {}
-    for campaign_id, groups in zip(campaign_ids, replies, strict=True):
-        group = None if isinstance(groups, Exception) else next(
-            (g for g in groups if _decode(g["name"]) == DRAIN_GROUP), None)
-        if group is not None:
-            lag = group.get("lag")
-            sizes[campaign_id] = int(group["pending"]) + (int(lag) if lag is not None else 1)
+    for campaign_id in campaign_ids:
+        for _ in range(counts[campaign_id]):  # of a campaign split into buckets: the sum of its ledgers'
+            groups = next(replies)
+            group = None if isinstance(groups, Exception) else next(
+                (g for g in groups if _decode(g["name"]) == DRAIN_GROUP), None)
+            if group is not None:
+                lag = group.get("lag")
+                sizes[campaign_id] = (sizes.get(campaign_id, 0) + int(group["pending"])
+                                      + (int(lag) if lag is not None else 1))
     return sizes
 
 
 def oldest_unacknowledged_ms(campaign_id: int) -> int | None:
-    """Return the claim time (ms) of the oldest ledger entry not yet in PostgreSQL, None when there is none."""
-    keys = campaign_keys(campaign_id)
+    """Return the claim time (ms) of the oldest ledger entry not yet in PostgreSQL, None when there is none
+    (of every bucket's ledger)."""
+    oldest = [ms for bucket in range(bucket_counts([campaign_id])[campaign_id])
+              if (ms := _oldest_of_bucket(campaign_id, bucket)) is not None]
+    return min(oldest) if oldest else None
+
+
+def _oldest_of_bucket(campaign_id: int, bucket: int) -> int | None:
+    keys = campaign_keys(campaign_id, bucket)
     try:
         client = redis_client()
         groups: Any = client.xinfo_groups(keys.ledger)

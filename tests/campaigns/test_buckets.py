@@ -1,0 +1,149 @@
+"""A campaign split into buckets (Campaign.buckets) on the single Valkey: each bucket its own slot and share of
+the stock, a shopper's bucket by a stable hash, a dry bucket served by stock moved from the others, a move cut
+in half finished later, sold_out only once every bucket is empty, and verify_campaign exact throughout."""
+from __future__ import annotations
+
+import zlib
+
+import pytest
+
+from campaigns.redis_state import (
+    ClaimCode,
+    bucket_of,
+    campaign_keys,
+    finish_moves,
+    redis_client,
+    remaining_many,
+    run_claim,
+    scripts,
+)
+from orders import ledger
+from orders.cancel import claim_cancel
+from orders.claim import claim_create
+from orders.drain import drain_campaign
+from orders.sold_out import sold_out_until
+from orders.verify import campaign_verify
+
+pytestmark = pytest.mark.django_db
+
+
+def shoppers_of(bucket: int, buckets: int, count: int) -> list[str]:
+    """`count` user ids whose bucket is `bucket`."""
+    found = [user for user in (f"u{i}" for i in range(100_000)) if bucket_of(user, buckets) == bucket]
+    return found[:count]
+
+
+def stocks(campaign) -> list[int]:
+    return [int(redis_client().get(campaign_keys(campaign.pk, b).stock)) for b in range(campaign.buckets)]
+
+
+def balanced(campaign) -> None:
+    drain_campaign(campaign_id=campaign.pk)
+    balance = campaign_verify(campaign=campaign)
+    assert balance.balanced, balance
+
+
+def test_a_shoppers_bucket_is_a_stable_hash_of_the_user_id_and_each_bucket_its_own_slot(live_campaign) -> None:
+    assert bucket_of("alice", 1) == 0
+    assert bucket_of("alice", 9) == zlib.crc32(b"alice") % 9 == bucket_of("alice", 9)
+    campaign = live_campaign(total_stock=10, buckets=4)
+
+    assert stocks(campaign) == [3, 3, 2, 2]
+    assert campaign_keys(campaign.pk).stock == f"cpn:{{c{campaign.pk}}}:stock"  # bucket 0: today's layout
+    assert campaign_keys(campaign.pk, 3).stock == f"cpn:{{c{campaign.pk}.3}}:stock"
+    shares = [int(redis_client().hget(campaign_keys(campaign.pk, b).meta, "share")) for b in range(4)]
+    assert shares == [3, 3, 2, 2] and remaining_many([campaign.pk]) == {campaign.pk: 10}
+
+
+def test_shoppers_of_one_bucket_get_the_whole_stock_then_sold_out(live_campaign) -> None:
+    campaign = live_campaign(total_stock=8, buckets=4, per_user_limit=1)
+    users = shoppers_of(1, 4, 10)
+
+    codes = [run_claim(campaign_id=campaign.pk, user_id=u, idempotency_key=None).code for u in users]
+
+    assert codes == [ClaimCode.CLAIMED] * 8 + [ClaimCode.SOLD_OUT] * 2
+    assert stocks(campaign) == [0, 0, 0, 0]
+    assert {ledger.parse_claim_id(f"{campaign.pk}-1-0-1")[1]} == {"1-0-1"}
+    balanced(campaign)
+
+
+def test_the_local_sold_out_flag_waits_for_every_bucket(live_campaign) -> None:
+    campaign = live_campaign(total_stock=2, buckets=2, per_user_limit=1)
+    first, second = shoppers_of(0, 2, 2)
+
+    assert claim_create(campaign_id=campaign.pk, user_id=first, idempotency_key=None).status == "claimed"
+    # bucket 0 is dry now, bucket 1 still holds one: served from it, and this process does not think it sold out
+    outcome = claim_create(campaign_id=campaign.pk, user_id=second, idempotency_key=None)
+    assert outcome.status == "claimed" and campaign.pk not in sold_out_until
+    assert outcome.claim_id.count("-") == 2  # claimed on bucket 0, with stock moved there
+    late = shoppers_of(1, 2, 1)[0]
+    assert claim_create(campaign_id=campaign.pk, user_id=late, idempotency_key=None).status == "sold_out"
+    assert campaign.pk in sold_out_until
+    balanced(campaign)
+
+
+def test_a_move_cut_in_half_is_in_transit_then_finished_once(live_campaign) -> None:
+    campaign = live_campaign(total_stock=8, buckets=2)
+    keys0, keys1 = campaign_keys(campaign.pk, 0), campaign_keys(campaign.pk, 1)
+
+    # Given a process that took stock out of bucket 0 for bucket 1 and died before bucket 1 received it
+    units = scripts().move_out(keys=[keys0.meta, keys0.stock, keys0.moves], args=["m1", 1])
+    assert units == 2 and stocks(campaign) == [2, 4]
+    balance = campaign_verify(campaign=campaign)
+    assert balance.in_transit == 2 and balance.balanced, balance  # total == shares + in transit
+
+    # When the recovery finishes it (twice), Then bucket 1 holds it once
+    assert finish_moves(campaign.pk, 2, older_than_ms=0) == 1
+    assert finish_moves(campaign.pk, 2, older_than_ms=0) == 0
+    assert stocks(campaign) == [2, 6] and redis_client().hlen(keys0.moves) == 0
+    balance = campaign_verify(campaign=campaign)
+    assert balance.in_transit == 0 and balance.balanced, balance
+
+    # And a receive repeated by hand changes nothing
+    assert scripts().move_in(keys=[keys1.meta, keys1.stock, keys1.received], args=["m1", 2]) == 0
+    assert stocks(campaign) == [2, 6]
+
+
+def test_an_idempotent_claim_replays_across_a_move_and_its_final_sold_out_too(live_campaign) -> None:
+    campaign = live_campaign(total_stock=2, buckets=2, per_user_limit=1)
+    ann, bob, cid = shoppers_of(0, 2, 3)
+    assert run_claim(campaign_id=campaign.pk, user_id=ann, idempotency_key=None).code == ClaimCode.CLAIMED
+
+    first = run_claim(campaign_id=campaign.pk, user_id=bob, idempotency_key="k-bob")  # bucket 0 dry: a move
+    again = run_claim(campaign_id=campaign.pk, user_id=bob, idempotency_key="k-bob")
+    refused = run_claim(campaign_id=campaign.pk, user_id=cid, idempotency_key="k-cid")
+    refused_again = run_claim(campaign_id=campaign.pk, user_id=cid, idempotency_key="k-cid")
+
+    assert first.code == ClaimCode.CLAIMED and (again.code, again.ledger_id, again.replayed) == (
+        ClaimCode.CLAIMED, first.ledger_id, True)
+    assert refused.code == refused_again.code == ClaimCode.SOLD_OUT and refused_again.replayed
+    assert int(redis_client().hget(campaign_keys(campaign.pk).users, bob)) == 1
+    balanced(campaign)
+
+
+def test_a_cancel_gives_the_coupon_back_to_its_shoppers_bucket(live_campaign) -> None:
+    campaign = live_campaign(total_stock=4, buckets=2, per_user_limit=1)
+    [user] = shoppers_of(1, 2, 1)
+    result = run_claim(campaign_id=campaign.pk, user_id=user, idempotency_key=None)
+    claim_id = f"{campaign.pk}-{result.ledger_id}"
+    assert claim_id.endswith("-1") and stocks(campaign) == [2, 1]
+
+    assert claim_cancel(user_id=user, claim_id=claim_id).status == "cancelled"  # still pending in bucket 1's ledger
+
+    assert stocks(campaign) == [2, 2]
+    drain_campaign(campaign_id=campaign.pk)
+    assert claim_cancel(user_id=user, claim_id=claim_id).status == "cancelled"  # a repeat gives nothing more
+    assert stocks(campaign) == [2, 2]
+    balanced(campaign)
+
+
+def test_a_claim_with_a_stale_bucket_count_is_sent_to_the_right_bucket(live_campaign) -> None:
+    from campaigns import redis_state
+
+    campaign = live_campaign(total_stock=3, buckets=3, per_user_limit=1)
+    redis_state.forget_bucket_counts()  # this process assumes 1: claim.lua answers -4 with the real count
+    [user] = shoppers_of(2, 3, 1)
+
+    result = run_claim(campaign_id=campaign.pk, user_id=user, idempotency_key=None)
+
+    assert result.code == ClaimCode.CLAIMED and result.ledger_id.endswith("-2") and stocks(campaign) == [1, 1, 0]

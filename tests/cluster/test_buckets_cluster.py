@@ -1,0 +1,147 @@
+"""One hot campaign split into 9 buckets over the 3 masters of the cluster: storms of claims by shoppers of every
+bucket, then of one bucket only, with stock smaller than the demand; exactly the stock issued, nobody above the
+limit, no CROSSSLOT, every bucket's ledger drained and verify_campaign balanced."""
+from __future__ import annotations
+
+import contextlib
+import random
+import threading
+from collections import Counter
+from collections.abc import Callable
+
+import pytest
+from django.db import connections
+from redis.cluster import key_slot
+
+from campaigns.models import Campaign
+from campaigns.redis_state import StoreUnavailable, bucket_of, campaign_keys, redis_client, remaining_many
+from core.errors import RateLimited, Unavailable
+from orders import ledger
+from orders.cancel import claim_cancel
+from orders.claim import claim_create, forget_campaign_facts
+from orders.drain import drain_campaign
+from orders.models import Claim
+from orders.verify import campaign_verify
+
+from .conftest import Cluster
+
+BUCKETS, STOCK, LIMIT = 9, 120, 2
+
+
+def storm(campaign: Campaign, users: list[str], *, threads: int, claims_per_thread: int
+          ) -> list[tuple[str, str, str | None]]:
+    answers: list[tuple[str, str, str | None]] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+    start = threading.Barrier(threads)
+
+    def run(seed: int) -> None:
+        rng = random.Random(seed)
+        mine = []
+        start.wait()
+        try:
+            for _ in range(claims_per_thread):
+                user = rng.choice(users)
+                try:
+                    outcome = claim_create(campaign_id=campaign.pk, user_id=user, idempotency_key=None)
+                    mine.append((user, outcome.status, outcome.claim_id))
+                except RateLimited:
+                    mine.append((user, "rate_limited", None))
+                except Unavailable as exc:
+                    mine.append((user, "unavailable", repr(exc.__cause__)))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            connections.close_all()
+        with lock:
+            answers.extend(mine)
+
+    workers = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert not errors, errors
+    causes = [cause for _, status, cause in answers if status == "unavailable"]
+    assert not [c for c in causes if "slot" in str(c).lower() or "moved" in str(c).lower()], causes  # no CROSSSLOT
+    assert len(causes) <= len(answers) // 20, causes
+    return answers
+
+
+def drained_and_balanced(campaign: Campaign) -> None:
+    drain_campaign(campaign_id=campaign.pk)
+    assert ledger.backlog_sizes([campaign.pk]) == {campaign.pk: 0}
+    for bucket in range(BUCKETS):
+        groups = redis_client().xinfo_groups(campaign_keys(campaign.pk, bucket).ledger)
+        assert [int(g["pending"]) for g in groups] == [0]
+    balance = campaign_verify(campaign=campaign)
+    assert balance.balanced and balance.in_transit == 0, balance
+    assert balance.claims - balance.restocked == campaign.total_stock - balance.remaining
+
+
+def run_storm(campaign: Campaign, users: list[str]) -> Counter[str]:
+    forget_campaign_facts()
+    draining = threading.Event()
+
+    def drain_meanwhile() -> None:
+        try:
+            while not draining.is_set():
+                with contextlib.suppress(StoreUnavailable):
+                    drain_campaign(campaign_id=campaign.pk, max_seconds=1)
+        finally:
+            connections.close_all()
+
+    drainer = threading.Thread(target=drain_meanwhile)
+    drainer.start()
+    try:
+        answers = storm(campaign, users, threads=8, claims_per_thread=STOCK // 2)
+    finally:
+        draining.set()
+        drainer.join()
+    assert {status for _, status, _ in answers} <= {"claimed", "sold_out", "limit_reached", "unavailable"}
+    claimed = Counter(user for user, status, _ in answers if status == "claimed")
+    assert sum(claimed.values()) == STOCK  # exactly the stock: never more, and never sold_out while some remained
+    assert max(claimed.values()) <= LIMIT
+    ids = [claim_id for _, status, claim_id in answers if status == "claimed"]
+    assert len(set(ids)) == STOCK  # claim ids unique across the buckets' ledgers
+    assert remaining_many([campaign.pk]) == {campaign.pk: 0}
+    return claimed
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_storm_on_nine_buckets_over_three_masters_sells_exactly_the_stock(
+    on_cluster: Cluster, live_campaign: Callable[..., Campaign]
+) -> None:
+    campaign = live_campaign(total_stock=STOCK, per_user_limit=LIMIT, buckets=BUCKETS)
+    masters = Counter(on_cluster.port_of_slot(key_slot(campaign_keys(campaign.pk, b).stock.encode()))
+                      for b in range(BUCKETS))
+    assert len(masters) == 3, masters  # its buckets live on every master
+    users = [f"s{i:03d}" for i in range(150)]  # 300 claims allowed by the limit, 120 in stock
+    assert {bucket_of(u, BUCKETS) for u in users} == set(range(BUCKETS))
+
+    claimed = run_storm(campaign, users)
+
+    drained_and_balanced(campaign)
+    # And a cancel gives one back to its shopper's bucket, the balance still exact
+    user = next(iter(claimed))
+    claim = Claim.objects.filter(campaign=campaign, user_id=user).first()
+    assert claim is not None and claim_cancel(user_id=user, claim_id=claim.claim_id).status == "cancelled"
+    assert remaining_many([campaign.pk]) == {campaign.pk: 1}
+    assert int(redis_client().get(campaign_keys(campaign.pk, bucket_of(user, BUCKETS)).stock)) == 1
+    drained_and_balanced(campaign)
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_shoppers_of_one_bucket_only_still_get_every_buckets_stock(
+    on_cluster: Cluster, live_campaign: Callable[..., Campaign]
+) -> None:
+    # (the campaign's rate limit is split over its buckets: one bucket's storm is far above its part of 1,200/s)
+    campaign = live_campaign(total_stock=STOCK, per_user_limit=LIMIT, buckets=BUCKETS, rate_limit=100_000)
+    users = [u for u in (f"h{i:04d}" for i in range(5000)) if bucket_of(u, BUCKETS) == 4][:100]
+
+    claimed = run_storm(campaign, users)  # their bucket held 14: the rest came from the other eight
+
+    assert set(claimed) <= set(users)
+    drained_and_balanced(campaign)

@@ -515,6 +515,31 @@ def finish_moves(campaign_id: int, buckets: int, *, older_than_ms: int = 5000) -
     return finished
 
 
+def bucket_shares(campaign_id: int, buckets: int, *, tries: int = 20) -> tuple[dict[int, int | None], int]:
+    """Each bucket's share of the stock (None for a bucket without stock: lost) and the stock in transit between
+    buckets, read while no move ran (each bucket's move counter the same before and after). Raise
+    StoreUnavailable."""
+    for _ in range(tries):
+        before = move_counts(campaign_id, buckets)
+        try:
+            pipe = redis_client().pipeline(transaction=False)
+            for bucket in range(buckets):
+                keys = campaign_keys(campaign_id, bucket)
+                pipe.exists(keys.stock)
+                pipe.hget(keys.meta, "share")
+            replies = pipe.execute()
+        except redis.RedisError as exc:
+            raise StoreUnavailable(str(exc)) from exc
+        shares = {bucket: int(replies[2 * bucket + 1] or 0) if replies[2 * bucket] else None
+                  for bucket in range(buckets)}
+        pending = [(to, move_id, units) for moves in pending_moves(campaign_id, buckets).values()
+                   for move_id, (to, units, _) in moves.items()]
+        received = received_moves(campaign_id, [(to, move_id) for to, move_id, _ in pending])
+        if move_counts(campaign_id, buckets) == before:
+            break
+    return shares, sum(units for _, move_id, units in pending if move_id not in received)
+
+
 def move_counts(campaign_id: int, buckets: int) -> list[int]:
     """Each bucket's move counter (meta's "moved": moves out and in). Raise StoreUnavailable."""
     try:

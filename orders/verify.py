@@ -85,7 +85,7 @@ class _PersistedSide:
 
 
 # The bucket of a claim id (redis_state.ledger_ref): its fourth part, none for bucket 0.
-_BUCKET_SQL = "coalesce(nullif(split_part({0}, '-', 4), ''), '0')::int"
+BUCKET_SQL = "coalesce(nullif(split_part({0}, '-', 4), ''), '0')::int"
 
 
 def _persisted_side(campaign: Campaign, snap: ledger.LedgerSnapshot) -> _PersistedSide:
@@ -96,8 +96,8 @@ def _persisted_side(campaign: Campaign, snap: ledger.LedgerSnapshot) -> _Persist
     claims, coupons, events = Claim._meta.db_table, Coupon._meta.db_table, CouponEvent._meta.db_table
     parked = ParkedLedgerEntry._meta.db_table
     split = campaign.buckets > 1
-    of_bucket = f"AND {_BUCKET_SQL.format('claim_id')} = %(bucket)s" if split else ""
-    coupon_of_bucket = f"AND {_BUCKET_SQL.format('claim_id')} = %(bucket)s" if split else ""
+    of_bucket = f"AND {BUCKET_SQL.format('claim_id')} = %(bucket)s" if split else ""
+    coupon_of_bucket = f"AND {BUCKET_SQL.format('claim_id')} = %(bucket)s" if split else ""
     with connection.cursor() as cursor:
         cursor.execute(
             f"""

@@ -147,3 +147,86 @@ def test_a_claim_with_a_stale_bucket_count_is_sent_to_the_right_bucket(live_camp
     result = run_claim(campaign_id=campaign.pk, user_id=user, idempotency_key=None)
 
     assert result.code == ClaimCode.CLAIMED and result.ledger_id.endswith("-2") and stocks(campaign) == [1, 1, 0]
+
+
+def lose(campaign, bucket: int) -> None:
+    """Redis loses one bucket's state (its master restarted empty), ledger and all."""
+    keys = campaign_keys(campaign.pk, bucket)
+    redis_client().delete(*keys.state, keys.moves, keys.received)
+
+
+@pytest.mark.parametrize("lost", [[1], [0, 1, 2]])
+def test_a_rebuild_gives_the_lost_buckets_their_claims_and_what_the_others_leave(live_campaign, lost) -> None:
+    from orders.rebuild import campaign_rebuild
+
+    campaign = live_campaign(total_stock=12, buckets=3, per_user_limit=2)
+    users = [u for b in range(3) for u in shoppers_of(b, 3, 2)]
+    claims = {u: run_claim(campaign_id=campaign.pk, user_id=u, idempotency_key=f"k-{u}") for u in users}
+    ann = users[2]  # a shopper of bucket 1
+    assert claim_cancel(user_id=ann, claim_id=f"{campaign.pk}-{claims[ann].ledger_id}").status == "cancelled"
+    keys0 = campaign_keys(campaign.pk, 0)
+    scripts().move_out(keys=[keys0.meta, keys0.stock, keys0.moves], args=["m-cut", 1])  # a move cut in half
+    drain_campaign(campaign_id=campaign.pk)
+    for bucket in lost:
+        lose(campaign, bucket)
+
+    left = campaign_rebuild(campaign=campaign)
+
+    assert left + (1 if 0 not in lost else 0) == 12 - 5  # 6 claims, 1 given back (the move's unit in transit)
+    finish_moves(campaign.pk, 3, older_than_ms=0)
+    assert remaining_many([campaign.pk]) == {campaign.pk: 7}
+    balanced(campaign)
+    # the shoppers of the rebuilt buckets go on where they were: the key's answer replays, the limit holds
+    bob = users[3]
+    replay = run_claim(campaign_id=campaign.pk, user_id=bob, idempotency_key=f"k-{bob}")
+    assert replay.replayed and replay.ledger_id == claims[bob].ledger_id
+    assert run_claim(campaign_id=campaign.pk, user_id=bob, idempotency_key=None).code == ClaimCode.CLAIMED
+    assert run_claim(campaign_id=campaign.pk, user_id=bob, idempotency_key=None).code == ClaimCode.LIMIT_REACHED
+    balanced(campaign)
+
+
+def test_an_extension_and_a_pause_reach_every_bucket(live_campaign) -> None:
+    from datetime import timedelta
+
+    from campaigns.extension import campaign_extend_end
+    from campaigns.services import campaign_pause
+
+    campaign = live_campaign(total_stock=6, buckets=3)
+    keys0 = campaign_keys(campaign.pk, 0)
+    scripts().move_out(keys=[keys0.meta, keys0.stock, keys0.moves], args=["m1", 2])  # a moves key to extend too
+    new_end = campaign.ends_at + timedelta(hours=3)
+
+    campaign_extend_end(campaign=campaign, new_end=new_end, actor="test")
+
+    ends = {int(redis_client().hget(campaign_keys(campaign.pk, b).meta, "ends_ms")) for b in range(3)}
+    assert ends == {int(new_end.timestamp() * 1000)}
+    expiries = {redis_client().pexpiretime(key) for b in range(3)
+                for key in campaign_keys(campaign.pk, b).state} | {redis_client().pexpiretime(keys0.moves)}
+    assert len(expiries) == 1 and expiries.pop() > int(new_end.timestamp() * 1000)
+
+    campaign_pause(campaign=campaign)
+    codes = {run_claim(campaign_id=campaign.pk, user_id=shoppers_of(b, 3, 1)[0], idempotency_key=None).code
+             for b in range(3)}
+    assert codes == {ClaimCode.PAUSED}
+
+
+def test_reconciliation_finishes_a_cut_move_and_repairs_each_bucket(live_campaign) -> None:
+    from orders.reconciliation import campaign_reconcile
+
+    campaign = live_campaign(total_stock=9, buckets=3, per_user_limit=3)
+    [ann] = shoppers_of(1, 3, 1)
+    assert run_claim(campaign_id=campaign.pk, user_id=ann, idempotency_key=None).code == ClaimCode.CLAIMED
+    drain_campaign(campaign_id=campaign.pk)
+    keys0, keys1, keys2 = (campaign_keys(campaign.pk, b) for b in range(3))
+    scripts().move_out(keys=[keys0.meta, keys0.stock, keys0.moves], args=["m-cut", 2])  # cut in half
+    redis_client().incrby(keys2.stock, 3)  # drift: bucket 2 would sell 3 coupons that do not exist
+    redis_client().hset(keys1.users, ann, 0)  # and forgets ann's claim
+    redis_client().hset(keys0.moves, "m-cut", "2:2:0")  # (taken long ago)
+    assert not campaign_verify(campaign=campaign).balanced
+
+    record = campaign_reconcile(campaign=campaign, repair=True, source="test")
+
+    assert record.balanced, record.problems
+    assert stocks(campaign) == [1, 2, 5] and int(redis_client().hget(keys1.users, ann)) == 1
+    assert any("finished 1 moves" in r for r in record.repairs)
+    assert any("lowered bucket 2" in r for r in record.repairs)

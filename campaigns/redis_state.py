@@ -83,9 +83,14 @@ class CampaignKeys:
     takes: str = ""
     bucket: int = 0
     tag: str = ""  # "cpn:{c<id>}:" (bucket 0), "cpn:{c<id>.<b>}:" (bucket b)
-    # A bucket's moves of stock (move_out.lua, move_in.lua): pending moves out, and the ids of moves received.
+    # A bucket's moves of stock (move_out.lua, move_in.lua): pending moves out, every move out, every move in.
     moves: str = ""
     received: str = ""
+    sent: str = ""
+
+    @property
+    def move_keys(self) -> list[str]:
+        return [self.moves, self.sent, self.received]
 
     def second(self, window: int) -> str:
         """The hash of one second (`window`, unix seconds) of claims: its rate counters (field "c" the campaign's,
@@ -132,7 +137,7 @@ def campaign_keys(campaign_id: int, bucket: int = 0) -> CampaignKeys:
         tag = f"cpn:{{c{campaign_id}}}:" if bucket == 0 else f"cpn:{{c{campaign_id}.{bucket}}}:"
         keys = _keys[(campaign_id, bucket)] = CampaignKeys(
             campaign_id, tag + "meta", tag + "stock", tag + "users", tag + "ledger", tag + "cancelled",
-            tag + "uses", tag + "takes", bucket, tag, tag + "moves", tag + "received",
+            tag + "uses", tag + "takes", bucket, tag, tag + "moves", tag + "received", tag + "sent",
         )
     return keys
 
@@ -456,7 +461,7 @@ def move_stock(campaign_id: int, donor: int, to: int) -> int:
     move_id = unique_hex()
     donor_keys, to_keys = campaign_keys(campaign_id, donor), campaign_keys(campaign_id, to)
     try:
-        units = int(scripts().move_out(keys=[donor_keys.meta, donor_keys.stock, donor_keys.moves],
+        units = int(scripts().move_out(keys=[donor_keys.meta, donor_keys.stock, donor_keys.moves, donor_keys.sent],
                                        args=[move_id, to]))
         if units > 0:
             scripts().move_in(keys=[to_keys.meta, to_keys.stock, to_keys.received], args=[move_id, units])
@@ -558,7 +563,7 @@ def received_moves(campaign_id: int, wanted: list[tuple[int, str]]) -> set[str]:
     try:
         pipe = redis_client().pipeline(transaction=False)
         for to, move_id in wanted:
-            pipe.sismember(campaign_keys(campaign_id, to).received, move_id)
+            pipe.hexists(campaign_keys(campaign_id, to).received, move_id)
         return {move_id for (_, move_id), held in zip(wanted, pipe.execute(), strict=True) if held}
     except redis.RedisError as exc:
         raise StoreUnavailable(str(exc)) from exc
@@ -897,7 +902,7 @@ def load_state(
     keys = campaign_keys(campaign_id, bucket)
     try:
         created, stock = scripts().load_state(
-            keys=keys.state_of(codes=codes) + ([] if codes else [keys.moves, keys.received]),
+            keys=keys.state_of(codes=codes) + ([] if codes else keys.move_keys),
             args=[
                 to_ms(starts_at),
                 to_ms(ends_at),
@@ -933,7 +938,7 @@ def replace_claim_records(
     try:
         client = redis_client()
         client.delete(keys.users, members)
-        client.delete(keys.moves, keys.received)
+        client.delete(*keys.move_keys)
         items = list(counts.items())
         for start in range(0, len(items), chunk):
             client.hset(keys.users, mapping=dict(items[start : start + chunk]))
@@ -1047,7 +1052,7 @@ def run_extend(
     try:
         for bucket in range(buckets_of(campaign_id)):  # bucket 0 first: the campaign's own answer
             keys = campaign_keys(campaign_id, bucket)
-            answers.append(scripts().extend(keys=[*keys.state_of(codes=codes), keys.moves, keys.received],
+            answers.append(scripts().extend(keys=[*keys.state_of(codes=codes), *keys.move_keys],
                                             args=[to_ms(old_ends_at), to_ms(new_ends_at), to_ms(expire_at)]))
             if int(answers[0][0]) not in (0, 1):
                 break  # refused on bucket 0: nothing changed anywhere

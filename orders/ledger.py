@@ -23,8 +23,6 @@ from campaigns.redis_state import (
     bucket_counts,
     campaign_keys,
     ledger_ref,
-    move_counts,
-    received_moves,
     redis_client,
     replicated,
     split_ref,
@@ -213,14 +211,15 @@ class LedgerSnapshot:
     users: dict[str, int]  # per-user claim counts ("" is the key's placeholder)
     bucket: int = 0
     share: int | None = None  # the bucket's share of the stock (meta's "share"; None: not recorded)
-    moves_out: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # pending: id -> (to, units, ms)
+    sent: dict[str, int] = field(default_factory=dict)  # every move of stock out: move id -> units
+    received: dict[str, int] = field(default_factory=dict)  # every move of stock in: move id -> units
 
 
 def snapshot(campaign_id: int, *, chunk: int = 5000, bucket: int = 0) -> LedgerSnapshot:
     """A consistent cut of the campaign (of one bucket) in Redis: stock, share, per-user counts, given-back
-    claims, pending moves out and the stream's last id in one MULTI; then the entries up to that id, read in
-    chunks so Redis never stalls on a big stream (entries below the cut never appear later; trimmed ones are
-    acknowledged, so in PostgreSQL)."""
+    claims, moves of stock sent and received and the stream's last id in one MULTI; then the entries up to
+    that id, read in chunks so Redis never stalls on a big stream (entries below the cut never appear later;
+    trimmed ones are acknowledged, so in PostgreSQL)."""
     keys = campaign_keys(campaign_id, bucket)
     try:
         pipe = redis_client().pipeline(transaction=True)
@@ -229,9 +228,10 @@ def snapshot(campaign_id: int, *, chunk: int = 5000, bucket: int = 0) -> LedgerS
         pipe.smembers(keys.cancelled)
         pipe.hgetall(keys.users)
         pipe.hget(keys.meta, "share")
-        pipe.hgetall(keys.moves)
-        stock, info, cancelled, users, share, moves = pipe.execute(raise_on_error=False)
-        for reply in (stock, cancelled, users, share, moves):
+        pipe.hgetall(keys.sent)
+        pipe.hgetall(keys.received)
+        stock, info, cancelled, users, share, sent, received = pipe.execute(raise_on_error=False)
+        for reply in (stock, cancelled, users, share, sent, received):
             if isinstance(reply, Exception):
                 raise StoreUnavailable(str(reply))
         last_id = "0-0" if isinstance(info, Exception) else _decode(info["last-generated-id"])
@@ -253,39 +253,29 @@ def snapshot(campaign_id: int, *, chunk: int = 5000, bucket: int = 0) -> LedgerS
         users={_decode(k): int(v) for k, v in users.items()} if users else {},
         bucket=bucket,
         share=None if share is None else int(share),
-        moves_out={_decode(k): _move_of(v) for k, v in moves.items()} if moves else {},
+        sent={_decode(k): int(v) for k, v in sent.items()} if sent else {},
+        received={_decode(k): int(v) for k, v in received.items()} if received else {},
     )
-
-
-def _move_of(value: bytes | str) -> tuple[int, int, int]:
-    to, units, ms = _decode(value).split(":")
-    return int(to), int(units), int(ms)
 
 
 @dataclass(frozen=True)
 class CampaignSnapshot:
-    """Every bucket's cut (snapshot()) of a campaign, and the stock in transit between them: taken out of a
-    bucket by a move whose receiver did not hold it yet. docs/design.md ("Buckets") says why the sum is exact."""
+    """Every bucket's cut (snapshot()) of a campaign, one after the other, and the stock in transit between
+    those cuts: the units of the moves one cut saw sent and no cut saw received, less those of the moves a cut
+    saw received and no cut saw sent (sent after its donor's cut, received before its receiver's). Then the
+    total is exactly the buckets' shares plus that, whatever ran between the cuts (docs/design.md, "Buckets")."""
 
     buckets: list[LedgerSnapshot]
     in_transit: int
-    steady: bool  # no move ran while the cuts were taken (else the figures may be off by a move)
 
 
-def campaign_snapshot(campaign_id: int, buckets: int, *, tries: int = 20) -> CampaignSnapshot:
-    """The cuts of every bucket, taken while no move of stock between them ran: each bucket's move counter
-    read before and after, again (up to `tries` times) when one changed. Raise StoreUnavailable."""
-    if buckets == 1:
-        return CampaignSnapshot([snapshot(campaign_id)], 0, True)
-    for _ in range(tries):
-        before = move_counts(campaign_id, buckets)
-        cuts = [snapshot(campaign_id, bucket=b) for b in range(buckets)]
-        pending = [(to, move_id, units) for cut in cuts for move_id, (to, units, _) in cut.moves_out.items()]
-        received = received_moves(campaign_id, [(to, move_id) for to, move_id, _ in pending])
-        if move_counts(campaign_id, buckets) == before:
-            return CampaignSnapshot(cuts, sum(units for _, move_id, units in pending if move_id not in received),
-                                    True)
-    return CampaignSnapshot(cuts, sum(units for _, move_id, units in pending if move_id not in received), False)
+def campaign_snapshot(campaign_id: int, buckets: int) -> CampaignSnapshot:
+    """The cuts of every bucket and the stock in transit between them. Raise StoreUnavailable."""
+    cuts = [snapshot(campaign_id, bucket=b) for b in range(buckets)]
+    sent = {move_id: units for cut in cuts for move_id, units in cut.sent.items()}
+    received = {move_id: units for cut in cuts for move_id, units in cut.received.items()}
+    return CampaignSnapshot(cuts, sum(u for m, u in sent.items() if m not in received)
+                            - sum(u for m, u in received.items() if m not in sent))
 
 
 def backlog_sizes(campaign_ids: list[int]) -> dict[int, int]:

@@ -36,7 +36,7 @@ class Balance:
     coupons: int
     issued_claims: int
     parked: int = 0  # ledger entries the drain could never persist (orders/parking.py): no claims, not counted
-    in_transit: int = 0  # stock moved out of a bucket, not yet received by another (a campaign split in buckets)
+    in_transit: int = 0  # stock moved between buckets, out and not in as the buckets' cuts saw it (ledger.py)
     # Of a campaign split into buckets: each bucket's remaining stock, and its drift (share - its right side)
     bucket_remaining: dict[int, int | None] = field(default_factory=dict)
     bucket_drifts: dict[int, int] = field(default_factory=dict)
@@ -174,9 +174,6 @@ def _sum_of_buckets(campaign: Campaign, cut: ledger.CampaignSnapshot) -> Balance
     if balance.bucket_drifts:
         balance.problems.append("buckets whose share is not their remaining + claims - restocked (bucket: "
                                 f"share - that): {balance.bucket_drifts}")
-    if not cut.steady:
-        balance.problems.append("stock kept moving between buckets while they were read: the figures may be "
-                                "off by a move; verify again")
     return balance
 
 

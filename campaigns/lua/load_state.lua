@@ -7,7 +7,7 @@ KEYS[3] users   hash    user id -> coupons claimed (filled by the caller before 
                         field "" (never a user id) so that it exists, and expires, before the first claim
 KEYS[4] ledger  stream  claims awaiting the drain
 KEYS[5] cancelled set   claim ids whose stock was given back (holds "" so that it exists and expires)
-KEYS[6], KEYS[7] (a grab campaign's) moves, received: its moves of stock between buckets (move_out.lua), which
+KEYS[6..8] (a grab campaign's) moves, sent, received: its moves of stock between buckets (move_out.lua), which
         expire with the rest
 ARGV[1] starts_ms   ARGV[2] ends_ms   ARGV[3] paused "0"/"1"   ARGV[4] per-user limit   ARGV[5] total stock
 ARGV[6] expire_at_ms: absolute expiry of every key (the campaign's end plus a grace period)

@@ -3,7 +3,7 @@ Receive stock moved from another bucket (move_out.lua), once per move id: the se
 
 KEYS[1] meta      hash    share, moved (see move_out.lua)
 KEYS[2] stock     string  coupons left in this bucket
-KEYS[3] received  set     ids of the moves received
+KEYS[3] received  hash    every move received: move id -> units (kept, for verify_campaign)
 ARGV[1] move id   ARGV[2] units
 
 Returns 1 when received now, 0 when received before (nothing changed), -1 when this bucket has no state
@@ -12,7 +12,7 @@ Returns 1 when received now, 0 when received before (nothing changed), -1 when t
 if redis.call('EXISTS', KEYS[2]) == 0 then
   return -1
 end
-if redis.call('SADD', KEYS[3], ARGV[1]) == 0 then
+if redis.call('HSETNX', KEYS[3], ARGV[1], ARGV[2]) == 0 then
   return 0
 end
 redis.call('INCRBY', KEYS[2], ARGV[2])

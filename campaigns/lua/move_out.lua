@@ -7,6 +7,7 @@ is finished later (redis_state.finish_moves) and verify_campaign counts it as in
 KEYS[1] meta   hash    share (this bucket's share of the campaign's stock), moved (moves out and in, a counter)
 KEYS[2] stock  string  coupons left in this bucket
 KEYS[3] moves  hash    pending moves out: move id -> "<to bucket>:<units>:<ms>"
+KEYS[4] sent   hash    every move out: move id -> units (kept, for verify_campaign: docs/design.md, "Buckets")
 ARGV[1] move id (unique)   ARGV[2] the receiving bucket
 
 Takes half of the stock, at least one unit, so a dry bucket of a storm asks a donor a few times, not once per
@@ -26,8 +27,10 @@ redis.call('DECRBY', KEYS[2], units)
 redis.call('HINCRBY', KEYS[1], 'share', -units)
 redis.call('HINCRBY', KEYS[1], 'moved', 1)
 redis.call('HSET', KEYS[3], ARGV[1], ARGV[2] .. ':' .. units .. ':' .. (clock[1] * 1000 + math.floor(clock[2] / 1000)))
+redis.call('HSET', KEYS[4], ARGV[1], units)
 local ttl = redis.call('PTTL', KEYS[1])
 if ttl > 0 then
   redis.call('PEXPIRE', KEYS[3], ttl)
+  redis.call('PEXPIRE', KEYS[4], ttl)
 end
 return units

@@ -33,6 +33,12 @@ def shoppers_of(bucket: int, buckets: int, count: int) -> list[str]:
     return found[:count]
 
 
+def move_out(campaign, donor: int, move_id: str, to: int) -> int:
+    """The first half of a move (move_out.lua) alone, as when its process dies before the second."""
+    keys = campaign_keys(campaign.pk, donor)
+    return scripts().move_out(keys=[keys.meta, keys.stock, keys.moves, keys.sent], args=[move_id, to])
+
+
 def stocks(campaign) -> list[int]:
     return [int(redis_client().get(campaign_keys(campaign.pk, b).stock)) for b in range(campaign.buckets)]
 
@@ -87,7 +93,7 @@ def test_a_move_cut_in_half_is_in_transit_then_finished_once(live_campaign) -> N
     keys0, keys1 = campaign_keys(campaign.pk, 0), campaign_keys(campaign.pk, 1)
 
     # Given a process that took stock out of bucket 0 for bucket 1 and died before bucket 1 received it
-    units = scripts().move_out(keys=[keys0.meta, keys0.stock, keys0.moves], args=["m1", 1])
+    units = move_out(campaign, 0, "m1", 1)
     assert units == 2 and stocks(campaign) == [2, 4]
     balance = campaign_verify(campaign=campaign)
     assert balance.in_transit == 2 and balance.balanced, balance  # total == shares + in transit
@@ -164,8 +170,7 @@ def test_a_rebuild_gives_the_lost_buckets_their_claims_and_what_the_others_leave
     claims = {u: run_claim(campaign_id=campaign.pk, user_id=u, idempotency_key=f"k-{u}") for u in users}
     ann = users[2]  # a shopper of bucket 1
     assert claim_cancel(user_id=ann, claim_id=f"{campaign.pk}-{claims[ann].ledger_id}").status == "cancelled"
-    keys0 = campaign_keys(campaign.pk, 0)
-    scripts().move_out(keys=[keys0.meta, keys0.stock, keys0.moves], args=["m-cut", 1])  # a move cut in half
+    move_out(campaign, 0, "m-cut", 1)  # a move cut in half
     drain_campaign(campaign_id=campaign.pk)
     for bucket in lost:
         lose(campaign, bucket)
@@ -193,7 +198,7 @@ def test_an_extension_and_a_pause_reach_every_bucket(live_campaign) -> None:
 
     campaign = live_campaign(total_stock=6, buckets=3)
     keys0 = campaign_keys(campaign.pk, 0)
-    scripts().move_out(keys=[keys0.meta, keys0.stock, keys0.moves], args=["m1", 2])  # a moves key to extend too
+    move_out(campaign, 0, "m1", 2)  # a moves key to extend too
     new_end = campaign.ends_at + timedelta(hours=3)
 
     campaign_extend_end(campaign=campaign, new_end=new_end, actor="test")
@@ -218,7 +223,7 @@ def test_reconciliation_finishes_a_cut_move_and_repairs_each_bucket(live_campaig
     assert run_claim(campaign_id=campaign.pk, user_id=ann, idempotency_key=None).code == ClaimCode.CLAIMED
     drain_campaign(campaign_id=campaign.pk)
     keys0, keys1, keys2 = (campaign_keys(campaign.pk, b) for b in range(3))
-    scripts().move_out(keys=[keys0.meta, keys0.stock, keys0.moves], args=["m-cut", 2])  # cut in half
+    move_out(campaign, 0, "m-cut", 2)  # cut in half
     redis_client().incrby(keys2.stock, 3)  # drift: bucket 2 would sell 3 coupons that do not exist
     redis_client().hset(keys1.users, ann, 0)  # and forgets ann's claim
     redis_client().hset(keys0.moves, "m-cut", "2:2:0")  # (taken long ago)
@@ -230,3 +235,45 @@ def test_reconciliation_finishes_a_cut_move_and_repairs_each_bucket(live_campaig
     assert stocks(campaign) == [1, 2, 5] and int(redis_client().hget(keys1.users, ann)) == 1
     assert any("finished 1 moves" in r for r in record.repairs)
     assert any("lowered bucket 2" in r for r in record.repairs)
+
+
+def test_verify_stays_exact_while_claims_and_moves_run_between_buckets(live_campaign) -> None:
+    import random
+    import threading
+    import time
+
+    from campaigns.redis_state import move_stock
+
+    campaign = live_campaign(total_stock=4000, buckets=4, per_user_limit=1, rate_limit=1_000_000)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def busy(seed: int) -> None:
+        rng = random.Random(seed)
+        try:
+            n = 0
+            while not stop.is_set():
+                donor, to = rng.sample(range(4), 2)
+                move_stock(campaign.pk, donor, to)
+                run_claim(campaign_id=campaign.pk, user_id=f"t{seed}-{n}", idempotency_key=None)
+                n += 1
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    workers = [threading.Thread(target=busy, args=(i,)) for i in range(3)]
+    for w in workers:
+        w.start()
+    results = []
+    try:
+        until = time.monotonic() + 3
+        while time.monotonic() < until:
+            balance = campaign_verify(campaign=campaign)
+            results.append((balance.balanced, balance))
+    finally:
+        stop.set()
+        for w in workers:
+            w.join()
+    assert not errors, errors
+    assert len(results) > 5 and any(balance.in_transit for _, balance in results)  # cuts between moves' halves
+    assert all(ok for ok, _ in results), [b for ok, b in results if not ok][0]
+    balanced(campaign)

@@ -80,8 +80,11 @@ def drained_and_balanced(campaign: Campaign) -> None:
 
 
 def run_storm(campaign: Campaign, users: list[str]) -> Counter[str]:
+    """The storm, with a drain and verify_campaign running beside it: every verify balances exactly (each
+    bucket's cut, the shares plus the stock in transit between the cuts)."""
     forget_campaign_facts()
     draining = threading.Event()
+    verified: list[tuple[bool, int, list[str]]] = []
 
     def drain_meanwhile() -> None:
         try:
@@ -91,13 +94,27 @@ def run_storm(campaign: Campaign, users: list[str]) -> Counter[str]:
         finally:
             connections.close_all()
 
-    drainer = threading.Thread(target=drain_meanwhile)
-    drainer.start()
+    def verify_meanwhile() -> None:
+        try:
+            while not draining.is_set():
+                with contextlib.suppress(StoreUnavailable):
+                    balance = campaign_verify(campaign=campaign)
+                    verified.append((balance.balanced, balance.in_transit, balance.problems))
+        finally:
+            connections.close_all()
+
+    helpers = [threading.Thread(target=drain_meanwhile), threading.Thread(target=verify_meanwhile)]
+    for helper in helpers:
+        helper.start()
     try:
         answers = storm(campaign, users, threads=8, claims_per_thread=STOCK // 2)
     finally:
         draining.set()
-        drainer.join()
+        for helper in helpers:
+            helper.join()
+    assert verified and all(ok for ok, _, _ in verified), [p for ok, _, p in verified if not ok][:3]
+    print(f"verify during the storm: {len(verified)} runs, all balanced, "
+          f"in transit seen: {sorted({t for _, t, _ in verified})}")
     assert {status for _, status, _ in answers} <= {"claimed", "sold_out", "limit_reached", "unavailable"}
     claimed = Counter(user for user, status, _ in answers if status == "claimed")
     assert sum(claimed.values()) == STOCK  # exactly the stock: never more, and never sold_out while some remained

@@ -277,3 +277,29 @@ def test_verify_stays_exact_while_claims_and_moves_run_between_buckets(live_camp
     assert len(results) > 5 and any(balance.in_transit for _, balance in results)  # cuts between moves' halves
     assert all(ok for ok, _ in results), [b for ok, b in results if not ok][0]
     balanced(campaign)
+
+
+def test_the_event_loop_claim_moves_stock_too_and_the_figures_add_up(live_campaign, admin_client) -> None:
+    from django.core.management import call_command
+
+    from orders.claim import claim_create_async
+    from orders.metrics import LiveCampaignCollector
+    from tests.conftest import run_coroutine
+
+    campaign = live_campaign(total_stock=4, buckets=2, per_user_limit=1)
+    users = shoppers_of(1, 2, 3)
+
+    async def claims() -> list[str]:
+        return [(await claim_create_async(campaign_id=campaign.pk, user_id=u, idempotency_key=None)).status
+                for u in users]
+
+    assert run_coroutine(claims()) == ["claimed", "claimed", "claimed"]  # bucket 1 held 2: one moved from 0
+    assert stocks(campaign) == [0, 1] or stocks(campaign) == [1, 0]
+    # the admin's live figures, the metrics and verify_campaign sum the buckets
+    page = admin_client.get(f"/admin/campaigns/campaign/{campaign.pk}/change/").content.decode()
+    assert 'id="live-remaining">1<' in page and 'id="live-backlog">3<' in page
+    families = {f.name: f for f in LiveCampaignCollector().collect()}
+    assert [s.value for s in families["couponrush_remaining_stock"].samples] == [1]
+    assert [s.value for s in families["couponrush_ledger_backlog"].samples] == [3]
+    drain_campaign(campaign_id=campaign.pk)
+    call_command("verify_campaign", str(campaign.pk))  # exits non-zero when it does not balance

@@ -4,7 +4,6 @@ limit, no CROSSSLOT, every bucket's ledger drained and verify_campaign balanced.
 from __future__ import annotations
 
 import contextlib
-import random
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -15,57 +14,24 @@ from redis.cluster import key_slot
 
 from campaigns.models import Campaign
 from campaigns.redis_state import StoreUnavailable, bucket_of, campaign_keys, redis_client, remaining_many
-from core.errors import RateLimited, Unavailable
 from orders import ledger
 from orders.cancel import claim_cancel
-from orders.claim import claim_create, forget_campaign_facts
+from orders.claim import forget_campaign_facts
 from orders.drain import drain_campaign
 from orders.models import Claim
 from orders.verify import campaign_verify
 
-from .conftest import Cluster
+from .conftest import Cluster, claim_storm
 
 BUCKETS, STOCK, LIMIT = 9, 120, 2
 
 
 def storm(campaign: Campaign, users: list[str], *, threads: int, claims_per_thread: int
           ) -> list[tuple[str, str, str | None]]:
-    answers: list[tuple[str, str, str | None]] = []
-    errors: list[BaseException] = []
-    lock = threading.Lock()
-    start = threading.Barrier(threads)
-
-    def run(seed: int) -> None:
-        rng = random.Random(seed)
-        mine = []
-        start.wait()
-        try:
-            for _ in range(claims_per_thread):
-                user = rng.choice(users)
-                try:
-                    outcome = claim_create(campaign_id=campaign.pk, user_id=user, idempotency_key=None)
-                    mine.append((user, outcome.status, outcome.claim_id))
-                except RateLimited:
-                    mine.append((user, "rate_limited", None))
-                except Unavailable as exc:
-                    mine.append((user, "unavailable", repr(exc.__cause__)))
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
-        finally:
-            connections.close_all()
-        with lock:
-            answers.extend(mine)
-
-    workers = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
-    assert not errors, errors
-    causes = [cause for _, status, cause in answers if status == "unavailable"]
-    assert not [c for c in causes if "slot" in str(c).lower() or "moved" in str(c).lower()], causes  # no CROSSSLOT
-    assert len(causes) <= len(answers) // 20, causes
-    return answers
+    """Claims from many threads at once by random shoppers of `users`: (user, status, claim id)."""
+    answers = claim_storm(lambda rng: (campaign.pk, rng.choice(users)), threads=threads,
+                          claims_per_thread=claims_per_thread)
+    return [(user, status, claim_id) for _, user, status, claim_id in answers]
 
 
 def drained_and_balanced(campaign: Campaign) -> None:

@@ -280,7 +280,8 @@ def campaign_snapshot(campaign_id: int, buckets: int) -> CampaignSnapshot:
 
 def backlog_sizes(campaign_ids: list[int]) -> dict[int, int]:
     """Return how many entries of each campaign's ledger are not yet acknowledged (never read by the drain,
-    or read and not acknowledged), in one pipelined round trip."""
+    or read and not acknowledged), in one pipelined round trip; a campaign without a ledger (of a campaign split
+    into buckets: a bucket without one) is left out: the drain sweep rebuilds it."""
     if not campaign_ids:
         return {}
     counts = bucket_counts(campaign_ids)
@@ -294,14 +295,18 @@ def backlog_sizes(campaign_ids: list[int]) -> dict[int, int]:
         raise StoreUnavailable(str(exc)) from exc
     sizes: dict[int, int] = {}
     for campaign_id in campaign_ids:
+        size: int | None = 0
         for _ in range(counts[campaign_id]):  # of a campaign split into buckets: the sum of its ledgers'
             groups = next(replies)
             group = None if isinstance(groups, Exception) else next(
                 (g for g in groups if _decode(g["name"]) == DRAIN_GROUP), None)
-            if group is not None:
+            if group is None:
+                size = None  # a bucket without its ledger: the campaign is left out, as one without its own
+            elif size is not None:
                 lag = group.get("lag")
-                sizes[campaign_id] = (sizes.get(campaign_id, 0) + int(group["pending"])
-                                      + (int(lag) if lag is not None else 1))
+                size += int(group["pending"]) + (int(lag) if lag is not None else 1)
+        if size is not None:
+            sizes[campaign_id] = size
     return sizes
 
 

@@ -303,3 +303,20 @@ def test_the_event_loop_claim_moves_stock_too_and_the_figures_add_up(live_campai
     assert [s.value for s in families["couponrush_ledger_backlog"].samples] == [3]
     drain_campaign(campaign_id=campaign.pk)
     call_command("verify_campaign", str(campaign.pk))  # exits non-zero when it does not balance
+
+
+def test_the_drain_sweep_rebuilds_a_campaign_that_lost_one_bucket_within_seconds(live_campaign) -> None:
+    from orders import tasks
+
+    campaign = live_campaign(total_stock=6, buckets=3, per_user_limit=1)
+    [ann] = shoppers_of(2, 3, 1)
+    assert run_claim(campaign_id=campaign.pk, user_id=ann, idempotency_key=None).code == ClaimCode.CLAIMED
+    drain_campaign(campaign_id=campaign.pk)
+    lose(campaign, 2)
+    assert run_claim(campaign_id=campaign.pk, user_id=ann, idempotency_key=None).code == ClaimCode.NO_STATE
+
+    assert tasks.drain_sweep()["rebuilt"] == [campaign.pk]
+
+    assert stocks(campaign) == [2, 2, 1]
+    assert run_claim(campaign_id=campaign.pk, user_id=ann, idempotency_key=None).code == ClaimCode.LIMIT_REACHED
+    balanced(campaign)

@@ -194,8 +194,16 @@ def bucket_counts(campaign_ids: list[int]) -> dict[int, int]:
     return {cid: _buckets.get(cid, 1) for cid in campaign_ids}
 
 
+def forget_empty_buckets(campaign_id: int) -> None:
+    """Forget which buckets of the campaign this process found empty (stock came back: drawn on at once)."""
+    for key in [key for key in _empty_until if key[0] == campaign_id]:
+        _empty_until.pop(key, None)
+
+
 def forget_bucket_counts() -> None:
+    """Forget the bucket counts this process met, and which buckets it found empty."""
     _buckets.clear()
+    _empty_until.clear()
 
 
 def remember_buckets(campaign_id: int, buckets: int) -> None:
@@ -399,8 +407,10 @@ class ClaimFlow:
             return claim_result(raw, self.home)
         if self.donors is None:
             start = random.randrange(self.buckets)  # shoppers of one dry bucket spread over the donors
-            self.donors = [b for b in (*range(start, self.buckets), *range(start)) if b != self.home]
-            self.give_up = time.monotonic() + hot().redis_timeout * 2
+            now = time.monotonic()
+            self.donors = [b for b in (*range(start, self.buckets), *range(start))
+                           if b != self.home and _empty_until.get((self.campaign_id, b), 0.0) <= now]
+            self.give_up = now + hot().redis_timeout * 2
         return self._next_donor()
 
     def moved(self, donor: int, units: int) -> int | None:
@@ -409,6 +419,9 @@ class ClaimFlow:
             return None
         assert self.donors is not None
         self.donors.remove(donor)
+        if len(_empty_until) > 10_000:
+            _empty_until.clear()
+        _empty_until[(self.campaign_id, donor)] = time.monotonic() + EMPTY_FOR_SECONDS
         return self._next_donor()
 
     def _next_donor(self) -> int | None:
@@ -418,6 +431,13 @@ class ClaimFlow:
             return self.donors[0]
         self.final = True
         return None
+
+
+# The donors this process found empty, not asked again for a moment: after a sell-out, a claim on an empty bucket
+# (one with an Idempotency-Key, which the sold-out flag never answers) costs two scripts, not one per bucket.
+# As short as the sold-out flag (orders/sold_out.py): stock given back to a bucket is drawn on within the second.
+EMPTY_FOR_SECONDS = 0.5
+_empty_until: dict[tuple[int, int], float] = {}
 
 
 def run_claim(

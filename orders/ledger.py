@@ -18,7 +18,6 @@ import redis
 
 from campaigns.redis_state import (
     DRAIN_GROUP,
-    MAX_BUCKETS,
     StoreUnavailable,
     bucket_counts,
     campaign_keys,
@@ -29,7 +28,8 @@ from campaigns.redis_state import (
 )
 from core.auth import USER_ID_RE
 
-CLAIM_ID_RE = re.compile(r"([1-9][0-9]{0,17})-([0-9]{1,15})-([0-9]{1,10})(?:-([1-9][0-9]?))?")
+# <campaign>-<ms>-<seq>, and beyond bucket 0 -<bucket> (1-63: campaigns.models.MAX_BUCKETS)
+CLAIM_ID_RE = re.compile(r"([1-9][0-9]{0,17})-([0-9]{1,15})-([0-9]{1,10})(?:-([1-9]|[1-5][0-9]|6[0-3]))?")
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +63,7 @@ def parse_claim_id(text: str) -> tuple[int, str] | None:
     """Return (campaign id, ledger_ref: the entry id and its bucket) of a claim id, or None when `text` is not
     one."""
     match = CLAIM_ID_RE.fullmatch(text)
-    if match is None or (match.group(4) and int(match.group(4)) >= MAX_BUCKETS):
+    if match is None:
         return None
     return int(match.group(1)), text[len(match.group(1)) + 1:]
 

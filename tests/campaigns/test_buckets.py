@@ -320,3 +320,28 @@ def test_the_drain_sweep_rebuilds_a_campaign_that_lost_one_bucket_within_seconds
     assert stocks(campaign) == [2, 2, 1]
     assert run_claim(campaign_id=campaign.pk, user_id=ann, idempotency_key=None).code == ClaimCode.LIMIT_REACHED
     balanced(campaign)
+
+
+def test_after_a_sell_out_a_claim_asks_no_bucket_this_process_found_empty_until_stock_comes_back(
+        live_campaign) -> None:
+    campaign = live_campaign(total_stock=3, buckets=3, per_user_limit=1)
+    users = shoppers_of(0, 3, 4)
+    claimed = [run_claim(campaign_id=campaign.pk, user_id=u, idempotency_key=None) for u in users[:3]]
+    assert [c.code for c in claimed] == [ClaimCode.CLAIMED] * 3 and stocks(campaign) == [0, 0, 0]
+
+    def scripts_run(user: str) -> tuple[ClaimCode, int]:
+        before = redis_client().info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
+        code = run_claim(campaign_id=campaign.pk, user_id=user, idempotency_key=f"k-{user}").code
+        return code, redis_client().info("commandstats")["cmdstat_evalsha"]["calls"] - before
+
+    # sold_out answers (with a key: the sold-out flag never answers them) ask only the buckets not yet found
+    # empty: at the third, none (dry, then the final answer)
+    first, second = scripts_run(users[3]), scripts_run(shoppers_of(1, 3, 1)[0])
+    assert first[0] == second[0] == ClaimCode.SOLD_OUT and 2 <= first[1] <= 4 and 2 <= second[1] <= 3
+    late, again = shoppers_of(2, 3, 2)
+    assert scripts_run(late) == (ClaimCode.SOLD_OUT, 2)
+    # a cancel in this process: the stock it gives back (to bucket 0, its claim's) is drawn on at once, from
+    # another bucket too (dry, the move's two halves, the claim; and bucket 1's nothing if it was asked first)
+    assert claim_cancel(user_id=users[0], claim_id=f"{campaign.pk}-{claimed[0].ledger_id}").status == "cancelled"
+    code, scripts_of_claim = scripts_run(again)
+    assert code == ClaimCode.CLAIMED and scripts_of_claim in (4, 5)

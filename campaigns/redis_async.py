@@ -19,18 +19,26 @@ replicas confirmed it in time. While a WAIT is out, the commands issued meanwhil
 Sentinel (sentinels given): each new connection asks the sentinels for the master's address first, so after a
 failover (the connection dropped, or a demoted master answering READONLY) the next command goes to the new
 master. Nothing is ever retried: a command that may have run is the caller's to read back.
+
+Redis Cluster (ClusterPipelinedRedis): one PipelinedRedis per master, each command sent to the master that owns
+the hash slot of its first key (every key of one call shares a hash tag), learnt from CLUSTER SLOTS. A MOVED or
+ASK reply is followed (the node refused the command, so it did not run); a lost connection or a refused one
+makes the client learn the slot map again for the next command, and the command itself is never sent twice.
 """
 from __future__ import annotations
 
 import asyncio
 import collections
 import contextlib
+import random
 import ssl
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 import hiredis
 from redis.connection import parse_url
+from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 from redis.exceptions import ConnectionError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -75,11 +83,13 @@ class PipelinedRedis:
 
     def __init__(self, url: str, *, timeout: float, connect_timeout: float | None = None, acks: int = 0,
                  ack_timeout_ms: int = 0, sentinels: list[tuple[str, int]] | None = None,
-                 sentinel_master: str = "") -> None:
+                 sentinel_master: str = "", address: tuple[str, int] | None = None) -> None:
         options = parse_url(url)
         self._path: str | None = options.get("path")
         self._host: str = options.get("host", "localhost")
         self._port = int(options.get("port", 6379))
+        if address is not None:  # one node of a cluster: the URL gives the password (and TLS) only
+            self._path, (self._host, self._port) = None, address
         self._ssl = url.startswith("rediss://")
         self._hello: list[tuple[Any, ...]] = []
         if options.get("password") is not None:
@@ -95,18 +105,23 @@ class PipelinedRedis:
         self._conn: _Connection | None = None
         self._connecting: asyncio.Future[_Connection] | None = None
 
-    async def execute(self, *args: Any) -> Any:
-        """Send one command; return its reply. Raise ConnectionError, TimeoutError or ResponseError."""
+    async def execute(self, *args: Any, asking: bool = False) -> Any:
+        """Send one command (after ASKING: a cluster's ASK redirection); return its reply. Raise
+        ConnectionError, TimeoutError or ResponseError."""
         conn = self._conn
         if conn is None or conn.closed or conn.stale:
             conn = await self._connect()
+        if asking:
+            conn.send_asking()
         return await conn.send(hiredis.pack_command(args))
 
-    async def _acked(self, *args: Any) -> Any:
+    async def _acked(self, *args: Any, asking: bool = False) -> Any:
         """execute() for a write with acks: its reply once its batch's WAIT confirmed it (NotAcknowledged)."""
         conn = self._conn
         if conn is None or conn.closed or conn.stale:
             conn = await self._connect()
+        if asking:
+            conn.send_asking()
         reply, confirmed = conn.send_acked(hiredis.pack_command(args), self._wait)
         result = await reply
         replicas = await confirmed
@@ -114,16 +129,17 @@ class PipelinedRedis:
             raise NotAcknowledged(result, replicas)
         return result
 
-    async def evalsha(self, sha: str, script: str | bytes | memoryview, keys: list[str], args: list[Any]) -> Any:
+    async def evalsha(self, sha: str, script: str | bytes | memoryview, keys: list[str], args: list[Any],
+                      asking: bool = False) -> Any:
         """Run a script by its SHA1; load it with EVAL when Redis does not know it (after SCRIPT FLUSH). With
         acks, answer once the replicas confirmed it (raise NotAcknowledged otherwise)."""
         send = self._acked if self.acks else self.execute  # without acks the claim awaits one coroutine, as before
         try:
-            return await send("EVALSHA", sha, len(keys), *keys, *args)
+            return await send("EVALSHA", sha, len(keys), *keys, *args, asking=asking)
         except ResponseError as exc:
             if not str(exc).startswith("NOSCRIPT"):
                 raise
-        return await send("EVAL", script, len(keys), *keys, *args)
+        return await send("EVAL", script, len(keys), *keys, *args, asking=asking)
 
     def close(self) -> None:
         if self._conn is not None:
@@ -171,6 +187,14 @@ class PipelinedRedis:
         return conn
 
 
+_ASKING = hiredis.pack_command(("ASKING",))
+
+
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()  # an ASKING's error (the connection lost) is its command's to report
+
+
 class _Connection(asyncio.Protocol):
     def __init__(self, loop: asyncio.AbstractEventLoop, timeout: float) -> None:
         self.loop = loop
@@ -203,6 +227,10 @@ class _Connection(asyncio.Protocol):
         if self.watchdog is None:
             self.watchdog = self.loop.call_later(self.timeout, self._check)
         return future
+
+    def send_asking(self) -> None:
+        """ASKING, in the same write as the next command (a cluster's ASK redirection); its OK is dropped."""
+        self.send(_ASKING).add_done_callback(_retrieved)
 
     def send_acked(self, packed: bytes, wait_command: bytes) -> tuple[asyncio.Future[Any], asyncio.Future[int]]:
         """send() a write; also return the future of its batch's WAIT (the replicas that confirmed it, -1 when
@@ -311,3 +339,138 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.abort(ConnectionError(f"connection to Redis lost: {exc!r}" if exc else "connection to Redis closed"))
+
+
+# Commands without a key go to any master (TIME for the claim's clock, PING).
+_KEYLESS = frozenset({"TIME", "PING", "CLUSTER", "INFO", "WAIT", "SCRIPT", "ECHO"})
+_MAX_REDIRECTIONS = 5
+# The slot map each seed URL's clients learnt last (shared by the process's clients: a fresh one, like the
+# lost reply's reader, starts with it and needs no CLUSTER SLOTS round trip).
+_slot_maps: dict[str, list[tuple[str, int] | None]] = {}
+
+
+def _first_key(args: tuple[Any, ...]) -> Any:
+    name = args[0].upper() if isinstance(args[0], str) else args[0].decode().upper()
+    if name in ("EVAL", "EVALSHA", "FCALL"):
+        return args[3] if int(args[2]) > 0 else None
+    return None if name in _KEYLESS or len(args) < 2 else args[1]
+
+
+def slot_of(key: str | bytes) -> int:
+    """The key's hash slot, as the cluster computes it (CRC16 of its {hash tag}, or of the whole key)."""
+    return int(key_slot(key.encode() if isinstance(key, str) else key))
+
+
+def _redirection(exc: ResponseError) -> tuple[str, tuple[str, int]] | None:
+    """("MOVED" or "ASK", the node's address) of a redirection reply, None for any other error."""
+    kind, _, rest = str(exc).partition(" ")
+    if kind not in ("MOVED", "ASK"):
+        return None
+    host, _, port = rest.partition(" ")[2].rpartition(":")
+    return kind, (host, int(port))
+
+
+class ClusterPipelinedRedis:
+    """PipelinedRedis for a Redis Cluster: one auto-pipelined connection per master (each batching what is sent
+    to it during one turn of the loop, with its own WAIT per batch when acks > 0), each command routed by the
+    hash slot of its first key. `url` names any node (a seed, database 0); its password is every node's."""
+
+    def __init__(self, url: str, *, timeout: float, connect_timeout: float | None = None, acks: int = 0,
+                 ack_timeout_ms: int = 0) -> None:
+        options = parse_url(url)
+        self._url = url
+        self._seed: tuple[str, int] = (options.get("host", "localhost"), int(options.get("port", 6379)))
+        self.timeout = timeout
+        self.connect_timeout = connect_timeout if connect_timeout is not None else timeout
+        self.acks, self._ack_timeout_ms = acks, ack_timeout_ms
+        self._slots: list[tuple[str, int] | None] = list(_slot_maps.get(url) or [None] * REDIS_CLUSTER_HASH_SLOTS)
+        self._nodes: dict[tuple[str, int], PipelinedRedis] = {}
+        self._refreshing: asyncio.Future[None] | None = None
+        self._refresh_task: asyncio.Task[None] | None = None  # held: a task only weakly referenced may vanish
+
+    def node(self, address: tuple[str, int]) -> PipelinedRedis:
+        client = self._nodes.get(address)
+        if client is None:
+            client = self._nodes[address] = PipelinedRedis(
+                self._url, address=address, timeout=self.timeout, connect_timeout=self.connect_timeout,
+                acks=self.acks, ack_timeout_ms=self._ack_timeout_ms)
+        return client
+
+    async def execute(self, *args: Any) -> Any:
+        """Send one command to the master of its first key's slot (a keyless one to any master)."""
+        key = _first_key(args)
+        slot = slot_of(key) if key is not None else random.randrange(REDIS_CLUSTER_HASH_SLOTS)
+        return await self._routed(slot, lambda client, asking: client.execute(*args, asking=asking))
+
+    async def evalsha(self, sha: str, script: str | bytes | memoryview, keys: list[str], args: list[Any]) -> Any:
+        """PipelinedRedis.evalsha() on the master of the slot of the script's first key."""
+        return await self._routed(slot_of(keys[0]),
+                                  lambda client, asking: client.evalsha(sha, script, keys, args, asking=asking))
+
+    async def _routed(self, slot: int, send: Callable[[PipelinedRedis, bool], Awaitable[Any]]) -> Any:
+        target: tuple[str, int] | None = None
+        asking = False
+        for _ in range(_MAX_REDIRECTIONS):
+            if target is None:
+                target = self._slots[slot]
+                if target is None:
+                    await self.refresh()
+                    target = self._slots[slot]
+                    if target is None:
+                        raise NotSent(f"no master of the cluster serves the slot {slot}")
+            try:
+                return await send(self.node(target), asking)
+            except ResponseError as exc:
+                redirection = _redirection(exc)
+                if redirection is None:
+                    raise
+                # MOVED / ASK: the node refused the command without running it (the slot is not, or no longer,
+                # its own), so sending it to the owner runs it once, never twice. A claim sent late there
+                # still carries its deadline (claim.lua answers -3 past it, changing nothing).
+                kind, target = redirection
+                asking = kind == "ASK"
+                if not asking:
+                    self._slots[slot] = target
+                    self._refresh_soon()
+            except (ConnectionError, RedisTimeoutError):
+                # Refused (NotSent: never ran), lost or timed out (may have run: the caller reads it back, never
+                # resends it): either way the master may have failed over, so learn the map for the next one.
+                self._refresh_soon()
+                raise
+        raise ResponseError(f"more than {_MAX_REDIRECTIONS} redirections for the slot {slot}")
+
+    def _refresh_soon(self) -> None:
+        if self._refreshing is None:
+            self._refresh_task = asyncio.get_running_loop().create_task(self.refresh())
+
+    async def refresh(self) -> None:
+        """Learn the slot map (CLUSTER SLOTS) from the first node that answers: the seed, then every master
+        known. One at a time: concurrent callers wait for the same answer."""
+        if self._refreshing is not None:
+            return await asyncio.shield(self._refreshing)
+        self._refreshing = asyncio.get_running_loop().create_future()
+        try:
+            candidates = dict.fromkeys([self._seed, *(a for a in self._slots if a), *self._nodes])
+            for address in candidates:
+                try:
+                    reply = await self.node(address).execute("CLUSTER", "SLOTS")
+                except (RedisError, OSError):
+                    continue
+                slots: list[tuple[str, int] | None] = [None] * REDIS_CLUSTER_HASH_SLOTS
+                for low, high, master, *_replicas in reply:
+                    owner = (master[0].decode() or address[0], int(master[1]))
+                    slots[int(low):int(high) + 1] = [owner] * (int(high) - int(low) + 1)
+                self._slots = slots
+                _slot_maps[self._url] = slots
+                return
+        finally:
+            self._refreshing.set_result(None)
+            self._refreshing = None
+
+    def close(self) -> None:
+        for client in self._nodes.values():
+            client.close()
+        self._nodes.clear()
+
+
+AsyncRedis = PipelinedRedis | ClusterPipelinedRedis

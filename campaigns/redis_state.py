@@ -32,7 +32,7 @@ from redis.retry import Retry
 
 from core.hot import hot, unique_hex
 
-from .redis_async import NotAcknowledged, NotSent, PipelinedRedis
+from .redis_async import AsyncRedis, ClusterPipelinedRedis, NotAcknowledged, NotSent, PipelinedRedis
 
 log = logging.getLogger(__name__)
 LUA_DIR = Path(__file__).resolve().parent / "lua"
@@ -732,7 +732,8 @@ async def run_claim_async(
     *, campaign_id: int, user_id: str, idempotency_key: str | None, client_ip: str | None = None
 ) -> ClaimResult:
     """run_claim() for an event loop: the script through the loop's auto-pipelined connection
-    (campaigns/redis_async.py); the rare moves of stock between buckets in a thread.
+    (campaigns/redis_async.py; on a cluster, its connection to the master of the slot of the call's first key,
+    the shopper's bucket's); the rare moves of stock between buckets in a thread.
 
     Raise StoreUnavailable.
     """
@@ -754,7 +755,7 @@ async def run_claim_async(
             step = flow.moved(step, await asyncio.to_thread(move_stock, campaign_id, step, flow.home))
 
 
-async def _claim_once_async(client: PipelinedRedis, call: ClaimCall) -> Any:
+async def _claim_once_async(client: AsyncRedis, call: ClaimCall) -> Any:
     script = scripts().claim
     try:
         return await client.evalsha(script.sha, script.script, call.keys, call.args)
@@ -770,7 +771,7 @@ async def _claim_once_async(client: PipelinedRedis, call: ClaimCall) -> Any:
 
 
 # One auto-pipelined connection per event loop (a granian ASGI worker runs one).
-_async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, PipelinedRedis] = weakref.WeakKeyDictionary()
+_async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncRedis] = weakref.WeakKeyDictionary()
 
 
 # This thread's last (loop, client): while that loop runs, it is this thread's running loop (a thread runs one
@@ -779,7 +780,7 @@ _async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, PipelinedRe
 _this_thread = threading.local()
 
 
-def async_client() -> PipelinedRedis:
+def async_client() -> AsyncRedis:
     last = getattr(_this_thread, "last", None)
     if last is not None and last[0].is_running():
         return last[1]
@@ -792,14 +793,18 @@ def async_client() -> PipelinedRedis:
     return client
 
 
-def _pipelined(timeout: float, *, acks: int = 0) -> PipelinedRedis:
-    """A pipelined client of REDIS_URL, or of the master the sentinels name (REDIS_SENTINELS)."""
+def _pipelined(timeout: float, *, acks: int = 0) -> AsyncRedis:
+    """A pipelined client of REDIS_URL, of the master the sentinels name (REDIS_SENTINELS), or of the masters of
+    the cluster REDIS_URL is a node of (COUPONS_REDIS_CLUSTER: each call goes to its first key's master)."""
+    if settings.COUPONS_REDIS_CLUSTER:
+        return ClusterPipelinedRedis(settings.REDIS_URL, timeout=timeout, acks=acks,
+                                     ack_timeout_ms=settings.COUPONS_REDIS_REPLICA_ACK_TIMEOUT_MS)
     return PipelinedRedis(settings.REDIS_URL or "redis://", timeout=timeout, acks=acks,
                           ack_timeout_ms=settings.COUPONS_REDIS_REPLICA_ACK_TIMEOUT_MS,
                           sentinels=settings.REDIS_SENTINELS, sentinel_master=settings.REDIS_SENTINEL_MASTER)
 
 
-async def _redis_now_ms_async(client: PipelinedRedis) -> int:
+async def _redis_now_ms_async(client: AsyncRedis) -> int:
     now = time.monotonic()
     if now - _clock["measured"] > _OFFSET_REFRESH_SECONDS:
         before = time.time()

@@ -1,6 +1,7 @@
 """Write use cases of campaigns: create, publish (preheat), pause and resume."""
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -118,21 +119,26 @@ def _check_shared_code(campaign: Campaign) -> None:
 LIVE_CODE_SECONDS = 1.0
 LIVE_CODE_ENTRIES = 1000
 _live_codes: dict[str, tuple[float, Campaign]] = {}
+_live_codes_lock = threading.Lock()
 
 
 def live_campaign_of_code(code: str, *, at: datetime) -> Campaign | None:
     """Return the published, live codes campaign whose shared code is `code` (shared_code_form), or None.
     Its rules may be up to LIVE_CODE_SECONDS old (a save in another process); read it, never change it."""
-    clock = time.monotonic()
     hit = _live_codes.get(code)
-    if hit is not None and hit[0] > clock:
+    if hit is not None and hit[0] > time.monotonic():
         campaign: Campaign | None = hit[1]
     else:
-        campaign = Campaign.objects.published().with_shared_code(code, at=at).first()
-        if campaign is not None:
-            if len(_live_codes) >= LIVE_CODE_ENTRIES:
-                _live_codes.clear()
-            _live_codes[code] = (clock + LIVE_CODE_SECONDS, campaign)
+        with _live_codes_lock:  # one read when it expires, not one per thread typing the code meanwhile
+            hit = _live_codes.get(code)
+            if hit is not None and hit[0] > time.monotonic():
+                campaign = hit[1]
+            else:
+                campaign = Campaign.objects.published().with_shared_code(code, at=at).first()
+                if campaign is not None:
+                    if len(_live_codes) >= LIVE_CODE_ENTRIES:
+                        _live_codes.clear()
+                    _live_codes[code] = (time.monotonic() + LIVE_CODE_SECONDS, campaign)
     return campaign if campaign is not None and campaign.state_at(at) == CampaignState.LIVE else None
 
 

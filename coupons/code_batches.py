@@ -256,34 +256,36 @@ def _existing_codes(codes: list[str]) -> Iterator[str]:
 
 
 _EXPORT_SQL = """
-SELECT u.id, u.code, COALESCE(c.status, 'unused'), COALESCE(u.holder_id, ''), u.batch_id
+SELECT u.id, u.code, COALESCE(c.status, 'unused'), COALESCE(u.holder_id, '')
 FROM coupons_uniquecode u LEFT JOIN coupons_coupon c ON c.id = u.coupon_id
-WHERE u.{column} = %s AND u.id > %s ORDER BY u.id LIMIT %s
+WHERE u.campaign_id = %s AND u.batch_id = %s AND u.id > %s ORDER BY u.id LIMIT %s
 """
 
 
 def unique_codes_csv(*, campaign_id: int, batch_id: int | None = None, page: int = EXPORT_PAGE) -> Iterator[str]:
-    """Yield the CSV (code,status,holder,batch) of a campaign's or one batch's codes, a page at a time.
+    """Yield the CSV (code,status,holder,batch) of a campaign's codes, or of one of its batches, a page at a time.
 
-    Keyset pages (id > last id, on the index of campaign or batch): constant memory, and every page is its own
-    short query, so the stream may be consumed in any thread and for as long as the client reads.
-    status is 'unused' while nobody holds a code, else its coupon's status.
+    Batch by batch, each in keyset pages (id > the last id, on the index unique_code_export): constant memory,
+    and every page is its own short query, so the stream may be consumed in any thread and for as long as the
+    client reads. status is 'unused' while nobody holds a code, else its coupon's status.
     """
-    column, value = ("batch_id", batch_id) if batch_id is not None else ("campaign_id", campaign_id)
+    batches = [batch_id] if batch_id is not None else list(
+        CodeBatch.objects.filter(campaign_id=campaign_id).order_by("pk").values_list("pk", flat=True))
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(EXPORT_HEADER)
     yield out.getvalue()
-    last = 0
-    while True:
-        with connection.cursor() as cursor:
-            cursor.execute(_EXPORT_SQL.format(column=column), [value, last, page])
-            rows = cursor.fetchall()
-        if not rows:
-            return
-        out.seek(0)
-        out.truncate()
-        writer.writerows(row[1:] for row in rows)
-        last = rows[-1][0]
-        yield out.getvalue()
+    for batch in batches:
+        last = 0
+        while True:
+            with connection.cursor() as cursor:
+                cursor.execute(_EXPORT_SQL, [campaign_id, batch, last, page])
+                rows = cursor.fetchall()
+            if not rows:
+                break
+            out.seek(0)
+            out.truncate()
+            writer.writerows((code, status, holder, batch) for _, code, status, holder in rows)
+            last = rows[-1][0]
+            yield out.getvalue()
 

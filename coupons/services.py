@@ -23,6 +23,7 @@ from campaigns import pricing, redis_state
 from campaigns.errors import CampaignStateLost
 from campaigns.models import Audience, Campaign, CampaignState, shared_code_form
 from campaigns.services import campaign_preheat, live_campaign_of_code
+from core.db import prepared_cursor
 from core.errors import ApplicationError, NotFound, Unavailable
 from core.locks import AdvisoryLock
 from webhooks.outbox import delivery_trigger
@@ -636,7 +637,7 @@ def _first_use_sql(event: str) -> str:
     SELECT %(code)s, %(campaign)s, %(user)s, %(claim)s, '{status}', %(valid_from)s, %(expires_at)s, %(order)s,
            %(hold_until)s, %(order_amount)s, %(discount)s, %(shares)s::jsonb, %(redeemed_at)s, 2, %(issued_at)s,
            %(used_at)s
-    WHERE NOT EXISTS (SELECT 1 FROM {_COUPON} o WHERE o.user_id = %(user)s AND o.order_id = %(order)s
+    WHERE NOT EXISTS (SELECT 1 FROM {_COUPON} o WHERE o.user_id = %(user)s::varchar AND o.order_id = %(order)s::varchar
                       AND (o.status = 'redeemed' OR o.status = 'held' AND o.hold_until > %(now)s))
     ON CONFLICT DO NOTHING
     RETURNING id, campaign_id
@@ -666,7 +667,7 @@ def _first_shared_use(campaign: Campaign, code: str, user_id: str, order: Order,
     taken: Coupon | None = None
     try:
         with transaction.atomic():
-            with connection.cursor() as cursor:
+            with prepared_cursor() as cursor:
                 cursor.execute(_FIRST_USE_LOCKS, [AdvisoryLock.CODE_USE, prefix, AdvisoryLock.ORDER_COUPONS,
                                                   f"{user_id}\n{order.order_id}", code, user_id])
                 row = cursor.fetchone()

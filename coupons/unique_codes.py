@@ -24,6 +24,7 @@ import re
 import time
 from collections.abc import Iterable
 from functools import cache
+from typing import Any
 
 from django.conf import settings
 
@@ -40,6 +41,7 @@ _SCRAMBLE = 282_475_249  # 7 ** 10
 _UNSCRAMBLE = pow(_SCRAMBLE, -1, SERIALS)
 _OFFSET = 123_456_789
 _VALUE = {symbol: i for i, symbol in enumerate(ALPHABET)}
+_SHA256_BLOCK = 64  # bytes
 _BODY_RE = re.compile(rf"[{ALPHABET}]{{{BODY_SYMBOLS}}}")
 # Every 3 symbols of the alphabet, in value order: a 6-symbol value is _TRIPLES[v // 27000] + _TRIPLES[v % 27000]
 # (a table look-up instead of a Python loop per symbol: 2.5x faster generation, bench/codes_bench.py).
@@ -55,9 +57,28 @@ def _key(secret: str) -> bytes:
     return hashlib.sha256(b"couponrush.unique-codes\x00" + secret.encode()).digest()
 
 
+@cache
+def _hmac_states(secret: str) -> tuple[Any, Any]:
+    """HMAC-SHA256 under _key(secret) as its two hash states after the padded key (RFC 2104: H(k ^ opad ||
+    H(k ^ ipad || message))): a MAC is then two copies and two short updates, the same digest as hmac.digest's
+    (tests/coupons/test_unique_codes.py) at about a third of its cost (~1.2 against ~3.4 us a code: OpenSSL's
+    one-shot HMAC sets the key up again every call; bench/codes_bench.py)."""
+    block = _key(secret).ljust(_SHA256_BLOCK, b"\x00")
+    return (hashlib.sha256(bytes(b ^ 0x36 for b in block)), hashlib.sha256(bytes(b ^ 0x5C for b in block)))
+
+
 def _mac(prefix: str, serial: int) -> int:
-    digest = hmac.digest(_key(settings.SECRET_KEY), f"{prefix}:{serial}".encode(), "sha256")
-    return int.from_bytes(digest[:8], "big") % _MACS
+    inner, outer = _hmac_states(settings.SECRET_KEY)
+    return _mac_of(inner, outer, f"{prefix}:{serial}".encode())
+
+
+def _mac_of(inner: Any, outer: Any, message: bytes) -> int:
+    """The MAC symbols' value of a message: the first 8 bytes of its HMAC-SHA256, modulo _MACS."""
+    h = inner.copy()
+    h.update(message)
+    o = outer.copy()
+    o.update(h.digest())
+    return int.from_bytes(o.digest()[:8], "big") % _MACS
 
 
 def _symbols(value: int, n: int) -> str:
@@ -86,14 +107,19 @@ def unique_code(prefix: str, serial: int) -> str:
 
 def unique_codes(prefix: str, serials: Iterable[int]) -> list[str]:
     """Return the codes of `serials` under `prefix`, in order: unique_code for a whole chunk of a batch."""
-    key, head, tag = _key(settings.SECRET_KEY), f"{prefix}-" if prefix else "", f"{prefix}:".encode()
-    digest, from_bytes, triples = hmac.digest, int.from_bytes, _TRIPLES
+    head, tag = f"{prefix}-" if prefix else "", f"{prefix}:".encode()
+    inner, outer = _hmac_states(settings.SECRET_KEY)
+    inner_copy, outer_copy, from_bytes, triples = inner.copy, outer.copy, int.from_bytes, _TRIPLES
     out = []
     for serial in serials:
         if not 0 <= serial < SERIALS:
             raise ValueError("serial out of range")
         scrambled = (serial * _SCRAMBLE + _OFFSET) % SERIALS
-        mac = from_bytes(digest(key, tag + str(serial).encode(), "sha256")[:8], "big") % _MACS
+        h = inner_copy()  # _mac_of, inlined: this loop is the generator's Python
+        h.update(tag + str(serial).encode())
+        o = outer_copy()
+        o.update(h.digest())
+        mac = from_bytes(o.digest()[:8], "big") % _MACS
         a, b = triples[scrambled // _TRIPLE], triples[scrambled % _TRIPLE]
         c, d = triples[mac // _TRIPLE], triples[mac % _TRIPLE]
         out.append(f"{head}{a}{b[0]}-{b[1:]}{c[:2]}-{c[2]}{d}")  # groups of GROUP_LENGTH (4)

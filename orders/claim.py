@@ -25,7 +25,6 @@ from campaigns.redis_state import ClaimCode, ClaimOutcomeUnknown, StoreUnavailab
 from campaigns.services import campaign_preheat
 from core.background import InBackground
 from core.errors import NotFound, RateLimited, Unavailable
-from core.hot import hot
 
 from . import ledger
 from .cancel import claim_cancel
@@ -134,12 +133,9 @@ async def claim_create_async(
     *, campaign_id: int, user_id: str, idempotency_key: str | None, client_ip: str | None = None
 ) -> ClaimOutcome:
     """claim_create() on an event loop (the claim's fast path, config/asgi.py): the same steps, the script
-    through the loop's auto-pipelined connection. The rare steps that read PostgreSQL (a campaign Redis does
-    not know) run in a thread; on Redis Cluster the whole claim does (the pipelined client speaks to one node).
+    through the loop's auto-pipelined connection (on Redis Cluster, its connection to the campaign's master).
+    The rare steps that read PostgreSQL (a campaign Redis does not know) run in a thread.
     """
-    if hot().redis_cluster:
-        return await asyncio.to_thread(claim_create, campaign_id=campaign_id, user_id=user_id,
-                                       idempotency_key=idempotency_key, client_ip=client_ip)
     known = known_sold_out(campaign_id, idempotency_key)
     if known is not None:
         return known

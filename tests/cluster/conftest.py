@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import redis
@@ -55,30 +56,46 @@ def _free_port_pair() -> int:
 
 @pytest.fixture(scope="package")
 def valkey_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    root = tmp_path_factory.mktemp("cluster")
     servers: list[ValkeyServer] = []
     try:
-        for i in range(3):
-            server = ValkeyServer(port=_free_port_pair(), data_dir=root / f"node{i}", config={
-                "cluster-enabled": "yes", "cluster-config-file": "nodes.conf", "cluster-node-timeout": "5000"})
-            server.start()
-            servers.append(server)
-        cluster = Cluster([s.port for s in servers])
-        nodes = [cluster.node(port) for port in cluster.ports]
-        for node, (low, high) in zip(nodes, SLOT_RANGES, strict=True):
-            node.execute_command("CLUSTER", "ADDSLOTSRANGE", low, high)
-        for node in nodes[1:]:
-            node.execute_command("CLUSTER", "MEET", "127.0.0.1", cluster.ports[0])
-        deadline = time.monotonic() + 20
-        while not all("cluster_state:ok" in _text(node.execute_command("CLUSTER", "INFO")) for node in nodes):
-            assert time.monotonic() < deadline, "the cluster did not reach cluster_state:ok within 20 s"
-            time.sleep(0.05)
-        for node in nodes:
-            node.close()
-        yield cluster
+        yield start_cluster(tmp_path_factory.mktemp("cluster"), servers)
     finally:
         for server in servers:
             server.stop()
+
+
+def start_cluster(root: Path, servers: list[ValkeyServer], *, node_timeout_ms: int = 5000,
+                  replica_migration: bool = True) -> Cluster:
+    """Start three masters (appended to `servers`, for the caller to stop) and wait for cluster_state:ok."""
+    for i in range(3):
+        servers.append(start_node(root / f"node{i}", node_timeout_ms, replica_migration=replica_migration))
+    cluster = Cluster([s.port for s in servers])
+    nodes = [cluster.node(port) for port in cluster.ports]
+    for node, (low, high) in zip(nodes, SLOT_RANGES, strict=True):
+        node.execute_command("CLUSTER", "ADDSLOTSRANGE", low, high)
+    for node in nodes[1:]:
+        node.execute_command("CLUSTER", "MEET", "127.0.0.1", cluster.ports[0])
+    wait_for_cluster_ok(nodes)
+    for node in nodes:
+        node.close()
+    return cluster
+
+
+def start_node(data_dir: Path, node_timeout_ms: int = 5000, *, replica_migration: bool = True) -> ValkeyServer:
+    """A cluster-enabled node; replica_migration=False keeps a replica with the master it was given (Valkey
+    moves one of a master's two replicas to a master without any, by default)."""
+    server = ValkeyServer(port=_free_port_pair(), data_dir=data_dir, config={
+        "cluster-enabled": "yes", "cluster-config-file": "nodes.conf", "cluster-node-timeout": str(node_timeout_ms),
+        "cluster-allow-replica-migration": "yes" if replica_migration else "no"})
+    server.start()
+    return server
+
+
+def wait_for_cluster_ok(nodes: list[redis.Redis], seconds: float = 20) -> None:
+    deadline = time.monotonic() + seconds
+    while not all("cluster_state:ok" in _text(node.execute_command("CLUSTER", "INFO")) for node in nodes):
+        assert time.monotonic() < deadline, f"the cluster did not reach cluster_state:ok within {seconds} s"
+        time.sleep(0.05)
 
 
 def _text(reply: bytes | str) -> str:

@@ -276,6 +276,14 @@ def test_claims_and_cancels_over_http_on_the_cluster_balance(
     assert set(statuses) <= {200, 503} and statuses[503] <= len(answers) // 20, statuses
     claimed = Counter(cid for cid, status, body in answers if status == 200 and body["status"] == "claimed")
     assert claimed == {c.pk: STOCK for c in campaigns}
+    # And the claims ran on the door's event loop, not in a thread: every master holds a connection of the
+    # pipelined client (it sends no CLIENT SETINFO, redis-py's clients name themselves) whose last command was
+    # a script
+    for port in on_cluster.ports:
+        node = on_cluster.node(port)
+        clients = node.client_list()
+        node.close()
+        assert [c for c in clients if not c.get("lib-name") and c["cmd"] in ("evalsha", "eval")], clients
 
     # When a claim of each campaign is cancelled over HTTP, and the ledgers are drained
     conn = http.client.HTTPConnection(url.hostname, url.port, timeout=30)

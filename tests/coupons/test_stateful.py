@@ -34,7 +34,7 @@ from orders.verify import campaign_verify
 from tests.factories import CampaignFactory
 
 USERS = ["ann", "bob", "cid"]
-ORDERS = ["o1", "o2", "o3"]
+ORDERS = ["o1", "o2", "o3"]  # per machine: prefixed with its campaign (the database outlives an example)
 AMOUNTS = [Decimal("99.99"), Decimal("100.00"), Decimal("350.00")]
 USE_CODES = {0, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19}  # 19: one coupon of a campaign per order (carts)
 
@@ -46,6 +46,10 @@ class CouponLife(RuleBasedStateMachine):
                                         discount_value=Decimal("20.00"))
         campaign_preheat(campaign=self.campaign)
         self.claims: list[tuple[str, str]] = []  # (user, claim id) answered 'claimed'
+
+    def order(self, name: str) -> str:
+        """This machine's own order: another example's coupons (another campaign) on it would change its payable."""
+        return f"{self.campaign.pk}-{name}"
 
     def coupons(self) -> list[Coupon]:
         return list(Coupon.objects.filter(campaign=self.campaign).order_by("pk"))
@@ -72,7 +76,7 @@ class CouponLife(RuleBasedStateMachine):
         if coupon is not None:
             try:
                 outcome = coupon_reserve(user_id=coupon.user_id, code=coupon.code, hold_seconds=hold,
-                                         order=Order(order, amount, "CNY"))
+                                         order=Order(self.order(order), amount, "CNY"))
             except OrderCartChanged:  # the order's other coupon was priced at another amount: a 400
                 return
             assert outcome.code in USE_CODES
@@ -82,7 +86,7 @@ class CouponLife(RuleBasedStateMachine):
         coupon = self.pick_coupon(index)
         if coupon is not None:
             try:
-                outcome = coupon_redeem(user_id=coupon.user_id, code=coupon.code, order=Order(order, amount, "CNY"))
+                outcome = coupon_redeem(user_id=coupon.user_id, code=coupon.code, order=Order(self.order(order), amount, "CNY"))
             except OrderCartChanged:  # the order's other coupon was priced at another amount: a 400
                 return
             assert outcome.code in USE_CODES
@@ -93,16 +97,16 @@ class CouponLife(RuleBasedStateMachine):
     def confirm(self, index: int, order: str) -> None:
         coupon = self.pick_coupon(index)
         if coupon is not None:
-            assert coupon_confirm(user_id=coupon.user_id, code=coupon.code, order_id=order).code in USE_CODES
+            assert coupon_confirm(user_id=coupon.user_id, code=coupon.code, order_id=self.order(order)).code in USE_CODES
 
     @rule(index=st.integers(0, 20), order=st.sampled_from(ORDERS))
     def release(self, index: int, order: str) -> None:
         coupon = self.pick_coupon(index)
         if coupon is not None:
-            outcome = coupon_release(user_id=coupon.user_id, code=coupon.code, order_id=order)
+            outcome = coupon_release(user_id=coupon.user_id, code=coupon.code, order_id=self.order(order))
             assert outcome.code == 0
             coupon.refresh_from_db()
-            assert coupon.order_id != order
+            assert coupon.order_id != self.order(order)
 
     @rule(index=st.integers(0, 20), someone_else=st.booleans())
     def cancel(self, index: int, someone_else: bool) -> None:

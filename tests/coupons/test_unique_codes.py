@@ -2,6 +2,8 @@
 look-up check (unique_code_lookup), which refuses a code not of ours before any read unless codes were imported."""
 from __future__ import annotations
 
+import hashlib
+import hmac
 import re
 
 import pytest
@@ -43,6 +45,30 @@ def test_every_generated_code_reads_back_as_itself_and_unique_code_is_unique_cod
     assert codes == [unique_code("P7", s) for s in serials]
     assert [canonical_unique_code(c) for c in codes] == codes
     assert canonical_unique_code(f"  {codes[0].lower().replace('-', ' ')} ") == codes[0]
+
+
+def test_the_mac_is_hmac_sha256_as_codes_already_handed_out_were_made(settings) -> None:
+    # Codes generated before the MAC was computed from precomputed hash states (hmac.digest each): still ours
+    settings.SECRET_KEY = "a-fixed-secret-" + "x" * 40
+    key = hashlib.sha256(b"couponrush.unique-codes\x00" + settings.SECRET_KEY.encode()).digest()
+    serials = [0, 7, 12345, SERIALS - 1]
+
+    def by_hmac_digest(prefix: str, serial: int) -> str:
+        mac = int.from_bytes(hmac.digest(key, f"{prefix}:{serial}".encode(), "sha256")[:8], "big") % 30**6
+        return unique_code(prefix, serial)[:-7] + _mac_symbols(mac)
+
+    assert [unique_code("SPRING", s) for s in serials] == [by_hmac_digest("SPRING", s) for s in serials]
+    assert [unique_code("", s) for s in serials] == [by_hmac_digest("", s) for s in serials]
+    assert unique_code("SPRING", 12345) == "SPRING-NGFJ-BTBA-YPWQ"  # made with hmac.digest, before the change
+
+
+def _mac_symbols(value: int) -> str:
+    """The six MAC symbols of a value, grouped as a code's last seven characters (X-XXXX)."""
+    symbols = ""
+    for _ in range(6):
+        value, rest = divmod(value, len(ALPHABET))
+        symbols = ALPHABET[rest] + symbols
+    return f"{symbols[:2]}-{symbols[2:]}"
 
 
 def test_serials_in_code_order_give_their_codes_sorted() -> None:

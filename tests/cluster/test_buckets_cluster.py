@@ -128,3 +128,29 @@ def test_shoppers_of_one_bucket_only_still_get_every_buckets_stock(
 
     assert set(claimed) <= set(users)
     drained_and_balanced(campaign)
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_the_event_loop_claims_of_one_buckets_shoppers_on_the_cluster_sell_exactly_the_stock(
+    on_cluster: Cluster, live_campaign: Callable[..., Campaign]
+) -> None:
+    import asyncio
+
+    from orders.claim import claim_create_async
+    from tests.conftest import run_coroutine
+
+    campaign = live_campaign(total_stock=40, per_user_limit=1, buckets=BUCKETS, rate_limit=100_000)
+    users = [u for u in (f"e{i:04d}" for i in range(3000)) if bucket_of(u, BUCKETS) == 7][:60]
+    forget_campaign_facts()
+
+    async def claims() -> list[str]:  # all at once on one loop: its pipelined client, one connection per master
+        outcomes = await asyncio.gather(*[claim_create_async(campaign_id=campaign.pk, user_id=u, idempotency_key=None)
+                                          for u in users], return_exceptions=True)
+        return [o.status if not isinstance(o, BaseException) else repr(o) for o in outcomes]
+
+    statuses = Counter(run_coroutine(claims()))
+
+    assert statuses["claimed"] == 40 and set(statuses) <= {"claimed", "sold_out"}, statuses
+    assert remaining_many([campaign.pk]) == {campaign.pk: 0}
+    drained_and_balanced(campaign)

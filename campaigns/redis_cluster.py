@@ -73,6 +73,7 @@ class _ClusterPipeline(ClusterPipeline):
         self.reset()
         try:
             slot = self.determine_slot(*commands[0].args)
+            assert slot is not None, "a command without a key has no master to WAIT on"
             node = self.nodes_manager.get_node_from_slot(slot)
             asking = False
             for attempt in range(self.RedisClusterRequestTTL):

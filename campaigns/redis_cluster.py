@@ -4,7 +4,9 @@ Every key of a campaign carries its hash tag {c<id>}, so each script and MULTI o
 shard that owns its slot; a pipeline over several campaigns (remaining_many, backlog_sizes) is split by the
 client, one round trip per node. REDIS_URL names any one node (a seed); the client learns the others from
 CLUSTER SLOTS and follows MOVED/ASK redirections (a redirected command never ran, so following one is not
-a retry). Like the single-node client: no retries, timeouts well under a second.
+a retry). Like the single-node client: no retries, timeouts well under a second. With replica acks a script
+and its WAIT go on one connection of the slot's master (_ClusterPipeline.execute_then_wait), not through the
+cluster pipeline, which would send the WAIT to every master on connections that wrote nothing.
 
 redis-py raises its own RedisClusterException, which is not a RedisError, when no node can be reached or a
 slot is not covered. Every caller here expects a RedisError (a fast 503), so the client translates them:

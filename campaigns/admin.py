@@ -42,7 +42,7 @@ from .services import (
 
 # Fields that, once a campaign is loaded into Redis, would break its balance if edited in place: they
 # change only through actions (restock, extend end).
-LIVE_LOCKED = ["kind", "code",
+LIVE_LOCKED = ["kind", "code", "buckets",
                "starts_at", "ends_at", "total_stock", "per_user_limit", "rate_limit", "discount_type", "discount_value",
                "max_discount", "min_spend", "currency", "valid_from", "valid_until", "valid_days", "audience",
                # the scope and stacking too: coupons held already were priced on them (their stored shares)
@@ -157,7 +157,7 @@ class CampaignAdmin(CampaignReportMixin):
     change_form_template = "admin/campaigns/campaign/change_form.html"
     fieldsets = [
         (None, {"fields": ["name", "kind", "code", "starts_at", "ends_at", "total_stock", "per_user_limit",
-                           "rate_limit", "paused"],
+                           "rate_limit", "buckets", "paused"],
                 "description": _("A codes campaign's stock is its shared code's total uses and its per-user limit "
                                "the uses per shopper (without a shared code: unique codes, generated or "
                                "imported).")}),

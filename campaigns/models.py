@@ -8,7 +8,7 @@ from typing import Any
 
 from django.contrib.postgres.fields import ArrayField
 from django.core.exceptions import ValidationError
-from django.core.validators import MinValueValidator
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
@@ -89,6 +89,9 @@ class CampaignQuerySet(models.QuerySet["Campaign"]):
         return self.published().filter(preheated_at__isnull=True, starts_at__lte=at + lead, ends_at__gt=at)
 
 
+MAX_BUCKETS = 64  # a campaign's stock split over at most this many hash slots (campaigns/redis_state.py)
+
+
 class Campaign(models.Model):
     name = models.CharField(max_length=200, verbose_name=_("name"))
     kind = models.CharField(max_length=5, choices=CampaignKind.choices, default=CampaignKind.GRAB,
@@ -104,6 +107,11 @@ class Campaign(models.Model):
     per_user_limit = models.PositiveIntegerField(default=1, validators=[MinValueValidator(1)],
         verbose_name=_("per user limit"))
     paused = models.BooleanField(default=False, verbose_name=_("paused"))
+    buckets = models.PositiveSmallIntegerField(
+        default=1, validators=[MinValueValidator(1), MaxValueValidator(MAX_BUCKETS)],
+        help_text=_("Redis hash slots the stock is split over (1-64; a grab campaign only): more spread one hot "
+                    "campaign's claims over more Redis masters. Fixed once the campaign is loaded into Redis."),
+        verbose_name=_("buckets"))
     rate_limit = models.PositiveIntegerField(
         null=True, blank=True,
         help_text=_("Claims this campaign admits per second (others get 429). Empty: 10 x its stock, at least 1,000."),
@@ -175,6 +183,9 @@ class Campaign(models.Model):
             models.CheckConstraint(condition=Q(total_stock__gte=0), name="campaign_stock_not_negative"),
             models.CheckConstraint(condition=Q(starts_at__lt=F("ends_at")), name="campaign_starts_before_ends"),
             models.CheckConstraint(condition=Q(per_user_limit__gte=1), name="campaign_per_user_limit_positive"),
+            models.CheckConstraint(condition=Q(buckets__gte=1) & Q(buckets__lte=MAX_BUCKETS),
+                                   name="campaign_buckets_in_range"),
+            models.CheckConstraint(condition=Q(buckets=1) | Q(kind="grab"), name="campaign_buckets_grab_only"),
             models.CheckConstraint(condition=Q(discount_value__gt=0), name="campaign_discount_positive"),
             models.CheckConstraint(
                 condition=~Q(discount_type="percent") | Q(discount_value__lte=100),
@@ -230,6 +241,8 @@ class Campaign(models.Model):
             errors["code"] = conflict
         if self.starts_at and self.ends_at and self.starts_at >= self.ends_at:
             errors["ends_at"] = gettext("The campaign must end after it starts.")
+        if self.buckets != 1 and self.kind != CampaignKind.GRAB:
+            errors["buckets"] = gettext("Only a grab campaign's stock can be split into buckets.")
         if self.discount_type == DiscountType.PERCENT and self.discount_value and self.discount_value > 100:
             errors["discount_value"] = gettext("A percentage discount is at most 100.")
         if (self.valid_until is None) == (self.valid_days is None):

@@ -59,12 +59,17 @@ class ClaimRecords:
     takes: list[str] = field(default_factory=list)
 
 
-def campaign_state_rebuild(*, campaign: Campaign, claims: ClaimRecords) -> int:
+def campaign_state_rebuild(*, campaign: Campaign, claims: ClaimRecords, buckets: list[ClaimRecords] | None = None
+                           ) -> int:
     """Load a campaign's lost Redis state again from its claims and return the stock it now has.
 
     Call holding campaign_repair_lock, once campaign_preheat raised CampaignStateLost (no stock in Redis, so no
-    claim or cancel runs meanwhile), with the claims read after the ledger was drained. Raise StoreUnavailable.
+    claim or cancel runs meanwhile), with the claims read after the ledger was drained. Of a campaign split into
+    buckets, `buckets` holds each bucket's claims, and only the buckets Redis lost are rebuilt (_rebuild_buckets).
+    Raise StoreUnavailable.
     """
+    if buckets is not None and campaign.buckets > 1:
+        return _rebuild_buckets(campaign, buckets)
     redis_state.replace_claim_records(campaign.pk, claims.per_user,
                                       claims.takes if campaign.is_codes else claims.cancelled, codes=campaign.is_codes)
     answers = _restore_answers(campaign, claims.keyed)  # before the stock exists: no claim is decided until then
@@ -78,7 +83,36 @@ def campaign_state_rebuild(*, campaign: Campaign, claims: ClaimRecords) -> int:
     return stock if stock is not None else 0
 
 
-def _restore_answers(campaign: Campaign, keyed: list[tuple[str, str, str]]) -> int:
+def _rebuild_buckets(campaign: Campaign, records: list[ClaimRecords]) -> int:
+    """Rebuild the buckets Redis lost (no stock), the others selling on meanwhile: the lost ones share what the
+    others' shares and the stock in transit between buckets leave of the total (docs/design.md, "Buckets"), each
+    its own shoppers' claims plus an equal part of the rest. A move in transit to a lost bucket is received once
+    it is rebuilt (redis_state.finish_moves): it was left out of the lost buckets' share."""
+    shares, in_transit = redis_state.bucket_shares(campaign.pk, campaign.buckets)
+    lost = [bucket for bucket, share in shares.items() if share is None]
+    held = sum(sum(records[bucket].per_user.values()) for bucket in lost)
+    left = campaign.total_stock - sum(share or 0 for share in shares.values()) - in_transit - held
+    if left < 0:
+        log.error("rebuild of campaign %s: its claims exceed its stock by %s; its lost buckets get none", campaign.pk,
+                  -left)
+    answers = 0
+    for bucket, part in zip(lost, redis_state.split_stock(max(left, 0), len(lost)), strict=True):
+        claims = records[bucket]
+        redis_state.replace_claim_records(campaign.pk, claims.per_user, claims.cancelled, bucket=bucket)
+        answers += _restore_answers(campaign, claims.keyed, bucket=bucket)
+        campaign_state_load(campaign, initial_stock=part, share=part + sum(claims.per_user.values()),
+                            last_ledger_id=claims.last_ledger_id, bucket=bucket)
+    remaining = redis_state.remaining_many([campaign.pk]).get(campaign.pk)
+    Campaign.objects.filter(pk=campaign.pk, preheated_at__isnull=True).update(preheated_at=timezone.now())
+    figures = {"remaining": remaining, "claims": sum(sum(r.per_user.values()) for r in records),
+               "given_back": sum(len(r.cancelled) for r in records), "answers_restored": answers,
+               "buckets_rebuilt": lost}
+    CampaignEvent.objects.create(campaign=campaign, type=CampaignEventType.REBUILT, actor="rebuild", data=figures)
+    log.warning("rebuilt buckets %s of campaign %s in Redis from PostgreSQL: %s left", lost, campaign.pk, remaining)
+    return remaining or 0
+
+
+def _restore_answers(campaign: Campaign, keyed: list[tuple[str, str, str]], bucket: int = 0) -> int:
     """Store again the 'claimed' answer of every claim made with an Idempotency-Key in the last 24 hours."""
     keep_ms = settings.COUPONS_IDEMPOTENCY_TTL_SECONDS * 1000
     now_ms = int(time.time() * 1000)
@@ -87,4 +121,4 @@ def _restore_answers(campaign: Campaign, keyed: list[tuple[str, str, str]]) -> i
         left_ms = keep_ms - (now_ms - int(ledger_id.partition("-")[0]))
         if left_ms > 0:
             answers.append((user_id, digest, ledger_id, left_ms))
-    return redis_state.restore_answers(campaign.pk, answers)
+    return redis_state.restore_answers(campaign.pk, answers, bucket=bucket)

@@ -54,6 +54,7 @@ def campaign_create(
     exclusive: bool = False,
     combinable_with: list[int] | None = None,
     order_cap: Decimal | None = None,
+    buckets: int = 1,
     publish: bool = False,
 ) -> Campaign:
     """Create a campaign (validated like the admin form); with publish=True also publish and preheat it.
@@ -86,6 +87,7 @@ def campaign_create(
         exclusive=exclusive,
         combinable_with=combinable_with or [],
         order_cap=order_cap,
+        buckets=buckets,
     )
     try:
         campaign.full_clean()
@@ -192,10 +194,11 @@ def campaign_preheat(*, campaign: Campaign) -> PreheatResult:
         return _preheat(campaign)
 
 
-def campaign_state_load(campaign: Campaign, *, initial_stock: int | None, last_ledger_id: str = "0-0"
-                        ) -> tuple[bool, int | None]:
+def campaign_state_load(campaign: Campaign, *, initial_stock: int | None, last_ledger_id: str = "0-0",
+                        bucket: int = 0, share: int | None = None) -> tuple[bool, int | None]:
     """Write the campaign's settings into Redis (load.lua), and its stock when `initial_stock` is given:
-    (whether the stock was created, the stock Redis holds). Raise StoreUnavailable."""
+    (whether the stock was created, the stock Redis holds). Of a campaign split into buckets, one bucket's (its
+    part of the stock and of the rate limit; `share` its share when not `initial_stock`). Raise StoreUnavailable."""
     return redis_state.load_state(
         campaign_id=campaign.pk,
         codes=campaign.is_codes,
@@ -207,7 +210,10 @@ def campaign_state_load(campaign: Campaign, *, initial_stock: int | None, last_l
         expire_at=keys_expire_at(campaign),
         initial_stock=initial_stock,
         last_ledger_id=last_ledger_id,
-        rate_limit=campaign.admits_per_second,
+        rate_limit=-(-campaign.admits_per_second // campaign.buckets),
+        bucket=bucket,
+        buckets=campaign.buckets,
+        share=share,
     )
 
 
@@ -215,12 +221,16 @@ def _preheat(campaign: Campaign) -> PreheatResult:
     first_load = campaign.preheated_at is None
     if keys_expire_at(campaign) <= timezone.now():
         raise CampaignOver()
+    parts = redis_state.split_stock(campaign.total_stock, campaign.buckets)
+    created, remaining = False, 0
     try:
-        created, remaining = campaign_state_load(campaign, initial_stock=campaign.total_stock if first_load else None)
+        for bucket, part in enumerate(parts):  # a bucket loaded before keeps its stock (a retried first load)
+            made, left = campaign_state_load(campaign, initial_stock=part if first_load else None, bucket=bucket)
+            if left is None:
+                raise CampaignStateLost()
+            created, remaining = created or made, remaining + left
     except redis_state.StoreUnavailable as exc:
         raise Unavailable() from exc
-    if remaining is None:
-        raise CampaignStateLost()
     if first_load:
         now = timezone.now()
         Campaign.objects.filter(pk=campaign.pk, preheated_at__isnull=True).update(preheated_at=now)
@@ -274,12 +284,14 @@ def campaign_add_stock(*, campaign: Campaign, quantity: int, actor: str) -> Camp
         stock = None
         if campaign.preheated_at is not None:
             try:
-                stock = redis_state.run_add_stock(campaign_id=campaign.pk, quantity=quantity,
+                stock = redis_state.run_add_stock(campaign_id=campaign.pk, quantity=quantity,  # bucket 0's
                                                    codes=campaign.is_codes)
             except redis_state.StoreUnavailable as exc:
                 raise Unavailable() from exc
             if stock is None:
                 raise CampaignStateLost()
+            if campaign.buckets > 1:  # added to bucket 0; the others draw from it (redis_state.move_stock)
+                stock = redis_state.remaining_many([campaign.pk]).get(campaign.pk)
         CampaignEvent.objects.create(campaign=campaign, type=CampaignEventType.STOCK_ADDED, actor=actor,
                                      data={"added": quantity, "total": campaign.total_stock + quantity,
                                            "remaining": stock})

@@ -21,7 +21,10 @@ from .sold_out import forget_sold_out
 def _restock(claim: Claim) -> None:
     """Return the claim's coupon to the stock (cancel.lua, once per claim id). Call inside atomic."""
     try:
-        result = redis_state.run_restock(campaign_id=claim.campaign_id, claim_id=claim.claim_id, user_id=claim.user_id)
+        parsed = ledger.parse_claim_id(claim.claim_id)
+        bucket = redis_state.split_ref(parsed[1])[1] if parsed else 0  # the bucket it was claimed on, its shopper's
+        result = redis_state.run_restock(campaign_id=claim.campaign_id, claim_id=claim.claim_id, user_id=claim.user_id,
+                                         bucket=bucket)
     except StoreUnavailable as exc:
         raise Unavailable() from exc
     if result == redis_state.RestockResult.NO_STATE:

@@ -91,6 +91,7 @@ def _campaign_facts(campaign_id: int) -> _CampaignFacts:
 def forget_campaign_facts() -> None:
     """Forget all this process remembers of campaigns: their facts and which sold out."""
     _facts.clear()
+    redis_state.forget_bucket_counts()
     sold_out_until.clear()
 
 
@@ -290,7 +291,8 @@ def void_claim(unknown: ClaimOutcomeUnknown) -> str | None:
     telling a repeat of its key 'claimed' for a claim PostgreSQL holds cancelled. The confirmed run decides."""
     if not unknown.voided:
         try:
-            ledger_id = redis_state.run_void(unknown.answer_key, unknown.token, unknown.unconfirmed_void)
+            ledger_id = redis_state.run_void(unknown.answer_key, unknown.token, unknown.unconfirmed_void,
+                                             unknown.bucket)
         except VoidNotConfirmed as exc:
             unknown.unconfirmed_void = exc.ledger_id or unknown.unconfirmed_void
             raise

@@ -179,7 +179,7 @@ def _park(campaign: Campaign, failed: list[tuple[ledger.LedgerEntry, str]]) -> i
     parked = 0
     for entry, error in failed:
         _, created = ParkedLedgerEntry.objects.get_or_create(
-            campaign=campaign, entry_id=entry.entry_id, defaults={"fields": entry.raw, "error": error})
+            campaign=campaign, entry_id=entry.ref, defaults={"fields": entry.raw, "error": error})
         if created:
             parked += 1
             metrics.LEDGER_PARKED.labels(str(campaign.pk)).inc()
@@ -210,38 +210,49 @@ def drain_campaign(
     if campaign is None:
         return report
     deadline = time.monotonic() + max_seconds
-    reclaiming = True
     label = str(campaign_id)
-    helper: _DrainHelper | None = None
     with span("couponrush.drain", campaign_id=campaign_id) as traced, \
             metrics.DRAIN_FAILURES.labels(label).count_exceptions():
-        try:
-            while time.monotonic() < deadline:
-                if reclaiming:
-                    entries = ledger.reclaim_stale(campaign_id, consumer=consumer, min_idle_ms=idle,
-                                                   count=batch_size)
-                    report.reclaimed += len(entries)
-                    if not entries:
-                        reclaiming = False
-                        continue
-                else:
-                    entries = ledger.read_new(campaign_id, consumer=consumer, count=batch_size)
-                    if not entries:
-                        report.caught_up = True
-                        break
-                _drain_batch(campaign, entries, report)
-                if helper is None and not reclaiming and len(entries) == batch_size and DRAIN_CONNECTIONS > 1 \
-                        and not connection.in_atomic_block:
-                    helper = _DrainHelper(campaign, consumer, batch_size, deadline)  # a backlog: a second hand
-        finally:
-            if helper is not None:
-                helper.join()
-        if helper is not None:
-            helper.merge_into(report)
+        caught_up = True
+        for bucket in range(campaign.buckets):  # a campaign split into buckets: each bucket's ledger in turn
+            report.caught_up = False
+            _drain_ledger(campaign, bucket, consumer, batch_size, idle, deadline, report)
+            caught_up = caught_up and report.caught_up
+        report.caught_up = caught_up
         if report.persisted and report.caught_up:
             campaign_sold_out_check(campaign)  # campaign.sold_out, once, after the coupons' coupon.issued
         traced.set(read=report.read, persisted=report.persisted, batches=report.batches, reclaimed=report.reclaimed)
     return report
+
+
+def _drain_ledger(campaign: Campaign, bucket: int, consumer: str, batch_size: int, idle: int, deadline: float,
+                  report: DrainReport) -> None:
+    """drain_campaign() of one ledger (one bucket's)."""
+    reclaiming = True
+    helper: _DrainHelper | None = None
+    try:
+        while time.monotonic() < deadline:
+            if reclaiming:
+                entries = ledger.reclaim_stale(campaign.pk, consumer=consumer, min_idle_ms=idle, count=batch_size,
+                                               bucket=bucket)
+                report.reclaimed += len(entries)
+                if not entries:
+                    reclaiming = False
+                    continue
+            else:
+                entries = ledger.read_new(campaign.pk, consumer=consumer, count=batch_size, bucket=bucket)
+                if not entries:
+                    report.caught_up = True
+                    break
+            _drain_batch(campaign, entries, report)
+            if helper is None and not reclaiming and len(entries) == batch_size and DRAIN_CONNECTIONS > 1 \
+                    and not connection.in_atomic_block:
+                helper = _DrainHelper(campaign, consumer, batch_size, deadline, bucket)  # a backlog: a second hand
+    finally:
+        if helper is not None:
+            helper.join()
+    if helper is not None:
+        helper.merge_into(report)
 
 
 # Connections draining one campaign at once when a backlog waits (a full batch came back). A batch keeps one
@@ -257,7 +268,7 @@ def _drain_batch(campaign: Campaign, entries: list[ledger.LedgerEntry], report: 
     label = str(campaign.pk)
     with span("couponrush.drain.batch", campaign_id=campaign.pk, claim_ids=[e.claim_id for e in entries]):
         persisted, parked = persist_or_park(campaign, entries)
-        ledger.acknowledge(campaign.pk, [e.entry_id for e in entries])
+        ledger.acknowledge(campaign.pk, [e.entry_id for e in entries], entries[0].bucket)
     report.persisted += persisted
     report.parked += parked
     report.read += len(entries)
@@ -271,18 +282,18 @@ class _DrainHelper:
     """drain_campaign's second connection: a thread (in the caller's context, for the trace) that drains new
     entries until there are none or the deadline passes, on a database connection of its own."""
 
-    def __init__(self, campaign: Campaign, consumer: str, batch_size: int, deadline: float) -> None:
+    def __init__(self, campaign: Campaign, consumer: str, batch_size: int, deadline: float, bucket: int = 0) -> None:
         self.report = DrainReport(campaign.pk)
         self.error: BaseException | None = None
         context = contextvars.copy_context()
         self.thread = threading.Thread(target=context.run, args=(self._run, campaign, consumer, batch_size,
-                                                                 deadline), name="drain-helper", daemon=True)
+                                                                 deadline, bucket), name="drain-helper", daemon=True)
         self.thread.start()
 
-    def _run(self, campaign: Campaign, consumer: str, batch_size: int, deadline: float) -> None:
+    def _run(self, campaign: Campaign, consumer: str, batch_size: int, deadline: float, bucket: int) -> None:
         try:
             while time.monotonic() < deadline:
-                entries = ledger.read_new(campaign.pk, consumer=consumer, count=batch_size)
+                entries = ledger.read_new(campaign.pk, consumer=consumer, count=batch_size, bucket=bucket)
                 if not entries:
                     self.report.caught_up = True
                     break

@@ -13,6 +13,8 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from campaigns.redis_state import split_ref
+
 from . import ledger
 from .drain import UNPERSISTABLE, persist_entries
 from .models import ParkedLedgerEntry, ParkedState
@@ -33,8 +35,9 @@ def parked_retry(*, parked: ParkedLedgerEntry, actor: str) -> bool:
         if parked.state != ParkedState.PARKED:
             return False
         fields = {str(k): str(v) for k, v in parked.fields.items()}
-        entry = ledger.LedgerEntry(parked.campaign_id, parked.entry_id, fields.get("u", ""), fields.get("k", ""),
-                                   fields)
+        entry_id, bucket = split_ref(parked.entry_id)  # its ledger_ref
+        entry = ledger.LedgerEntry(parked.campaign_id, entry_id, fields.get("u", ""), fields.get("k", ""),
+                                   fields, bucket)
         error = ledger.entry_problem(entry)
         if error is None:
             try:

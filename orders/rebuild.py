@@ -15,6 +15,7 @@ from django.utils import timezone
 from campaigns.errors import CampaignStateLost
 from campaigns.models import Campaign
 from campaigns.rebuild import ClaimRecords, RepairBusy, campaign_repair_lock, campaign_state_rebuild
+from campaigns.redis_state import split_ref
 from campaigns.services import campaign_preheat
 from coupons.models import Coupon, CouponStatus
 from coupons.services import SHARED_USE
@@ -22,6 +23,7 @@ from coupons.services import SHARED_USE
 from .drain import drain_campaign
 from .models import Claim, ClaimStatus
 from .sold_out import forget_sold_out
+from .verify import BUCKET_SQL
 
 
 def campaign_rebuild(*, campaign: Campaign) -> int:
@@ -43,29 +45,35 @@ def campaign_rebuild(*, campaign: Campaign) -> int:
             forget_sold_out(campaign.pk)
             return stock
         drain_campaign(campaign_id=campaign.pk, reclaim_idle_ms=0, max_seconds=600)
-        stock = campaign_state_rebuild(campaign=campaign, claims=_claim_records(campaign))
+        if campaign.buckets > 1:  # each bucket's shoppers' claims: the lost buckets are rebuilt from theirs
+            stock = campaign_state_rebuild(campaign=campaign, claims=_claim_records(campaign, 0), buckets=[
+                _claim_records(campaign, bucket) for bucket in range(campaign.buckets)])
+        else:
+            stock = campaign_state_rebuild(campaign=campaign, claims=_claim_records(campaign))
         forget_sold_out(campaign.pk)
         return stock
 
 
-def _claim_records(campaign: Campaign) -> ClaimRecords:
-    """Read what the rebuild needs of the campaign's claims (call once the ledger is drained)."""
-    claims = Claim.objects.filter(campaign=campaign).exclude(status=ClaimStatus.CANCELLED)
+def _claim_records(campaign: Campaign, bucket: int | None = None) -> ClaimRecords:
+    """Read what the rebuild needs of the campaign's claims (call once the ledger is drained); of one bucket's
+    (its claim ids', redis_state.ledger_ref) when `bucket` is given."""
+    of_campaign = Claim.objects.filter(campaign=campaign)
+    if bucket is not None:
+        of_campaign = of_campaign.extra(where=[f"{BUCKET_SQL.format('claim_id')} = %s"], params=[bucket])
+    claims = of_campaign.exclude(status=ClaimStatus.CANCELLED)
     counts = dict(claims.values_list("user_id").annotate(n=Count("id")).values_list("user_id", "n"))
     last = (
-        Claim.objects.filter(campaign=campaign)
+        of_campaign
         .extra(select={"ms": "split_part(claim_id, '-', 2)::bigint", "seq": "split_part(claim_id, '-', 3)::bigint"})
         .order_by("-ms", "-seq")
         .values_list("ms", "seq")
         .first()
     )
-    cancelled = list(
-        Claim.objects.filter(campaign=campaign, status=ClaimStatus.CANCELLED).values_list("claim_id", flat=True)
-    )
+    cancelled = list(of_campaign.filter(status=ClaimStatus.CANCELLED).values_list("claim_id", flat=True))
     keep = timedelta(seconds=settings.COUPONS_IDEMPOTENCY_TTL_SECONDS)
     prefix = len(f"{campaign.pk}-")
-    rows = Claim.objects.filter(campaign=campaign, claimed_at__gt=timezone.now() - keep).exclude(key_digest="")
-    keyed = [(user_id, digest, claim_id[prefix:])
+    rows = of_campaign.filter(claimed_at__gt=timezone.now() - keep).exclude(key_digest="")
+    keyed = [(user_id, digest, split_ref(claim_id[prefix:])[0])  # the stream id, as claim.lua stores it
              for user_id, digest, claim_id in rows.values_list("user_id", "key_digest", "claim_id")]
     return ClaimRecords(per_user=counts, cancelled=cancelled, last_ledger_id=f"{last[0]}-{last[1]}" if last else "0-0",
                         keyed=keyed)

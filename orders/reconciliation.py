@@ -4,7 +4,9 @@ Repairs go only in the safe direction:
 - a ledger entry PostgreSQL lacks is persisted (as cancelled if Redis already gave its stock back);
 - a campaign whose Redis state is gone is rebuilt from PostgreSQL (sales answer 503 meanwhile);
 - a per-user count is set to the number of that shopper's claims (compare-and-set: never over a change);
-- a stock above total - claims + restocked is lowered to it (compare-and-set).
+- a stock above total - claims + restocked is lowered to it (compare-and-set);
+- of a campaign split into buckets: a move of stock between buckets cut in half is finished (received once),
+  and each bucket's stock above its share - its claims + its restocked is lowered to it.
 A stock below that, or anything else, is reported and left alone: raising it could sell a coupon twice.
 """
 from __future__ import annotations
@@ -34,10 +36,12 @@ def campaign_reconcile(*, campaign: Campaign, repair: bool, source: str) -> Reco
     with campaign_repair_lock(campaign.pk) as taken:
         if not taken:
             return None
+        finished = redis_state.finish_moves(campaign.pk, campaign.buckets) if repair else 0
         balance = campaign_verify(campaign=campaign)
         repairs: list[str] = []
         if repair:
-            repairs = _repair(campaign, balance)
+            repairs = [f"finished {finished} moves of stock between buckets cut in half"] if finished else []
+            repairs += _repair(campaign, balance)
             if repairs:
                 balance = campaign_verify(campaign=campaign)
         record = Reconciliation.objects.create(
@@ -84,14 +88,27 @@ def _repair(campaign: Campaign, balance: Balance) -> list[str]:
                            + (f" and {cancelled} given back ones as cancelled" if cancelled else ""))
             balance = campaign_verify(campaign=campaign)
     keys = redis_state.campaign_keys(campaign.pk)
+
+    def users_of(user: str) -> str:  # the user's bucket's counts
+        return redis_state.campaign_keys(campaign.pk, redis_state.bucket_of(user, campaign.buckets)).users
+
     fixed = [u for u, (seen, expected) in sorted(balance.users_drift.items())
-             if redis_state.compare_and_set(key=keys.users, field=u, expected=seen, new=expected)]
+             if redis_state.compare_and_set(key=users_of(u), field=u, expected=seen, new=expected)]
     if fixed:
         repairs.append(f"set the per-user counts of {len(fixed)} shoppers to their claims: {fixed[:10]}")
     if balance.orphan_takes:
         given = code_uses_give_back_orphans(campaign, balance.orphan_takes)
         if given:
             repairs.append(f"gave back {given} uses taken in Redis whose coupon was never written")
+    for bucket, drift in sorted(balance.bucket_drifts.items()):
+        seen = balance.bucket_remaining.get(bucket)
+        if drift < 0 and seen is not None and redis_state.compare_and_set(
+                key=redis_state.campaign_keys(campaign.pk, bucket).stock, field=None, expected=seen,
+                new=max(seen + drift, 0)):
+            repairs.append(f"lowered bucket {bucket}'s stock from {seen} to {max(seen + drift, 0)} (its share - "
+                           "its claims)")
+    if campaign.buckets > 1:
+        return repairs  # its total drift is its buckets' (above), or a move in transit
     if balance.remaining is not None and balance.drift is not None and balance.drift < 0:
         target = balance.remaining + balance.drift  # drift < 0: Redis would sell more than exists
         if redis_state.compare_and_set(key=keys.left(codes=campaign.is_codes), field=None,

@@ -11,10 +11,14 @@ without importing each other. The claim reads and writes `sold_out_until` direct
 """
 from __future__ import annotations
 
+from campaigns.redis_state import forget_empty_buckets
+
 SOLD_OUT_FOR_SECONDS = 0.5
 sold_out_until: dict[int, float] = {}  # campaign id -> time.monotonic() until which it is known sold out
 
 
 def forget_sold_out(campaign_id: int) -> None:
-    """Forget that the campaign sold out: stock came back, so this process sells it again at once."""
+    """Forget that the campaign sold out: stock came back, so this process sells it again at once (and draws on
+    every bucket of a campaign split into buckets)."""
     sold_out_until.pop(campaign_id, None)
+    forget_empty_buckets(campaign_id)

@@ -9,7 +9,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from campaigns.models import Campaign, CampaignEventType
-from campaigns.redis_state import StoreUnavailable, clear_drain_trigger
+from campaigns.redis_state import StoreUnavailable, bucket_counts, clear_drain_trigger, finish_moves
 from campaigns.services import campaign_preheat
 from core.errors import Unavailable
 from core.logs import log_fields
@@ -64,8 +64,19 @@ def drain_sweep() -> dict:
             if report.read:
                 log.info("sweep drained campaign %s: %d claims read, %d new coupons, %d taken over",
                          campaign_id, report.read, report.persisted, report.reclaimed)
+    _finish_moves(campaign_ids)
     rebuilt = _rebuild_lost(set(campaign_ids) - set(backlog))
     return {"drained": drained, "rebuilt": rebuilt} if rebuilt else {"drained": drained}
+
+
+def _finish_moves(campaign_ids: list[int]) -> None:
+    """Finish the moves of stock between a campaign's buckets cut in half (a process died between their two
+    scripts): within seconds, so that stock is never long out of every bucket's reach."""
+    try:
+        for campaign_id, buckets in bucket_counts(campaign_ids).items():
+            finish_moves(campaign_id, buckets)
+    except StoreUnavailable:
+        log.warning("drain sweep: Redis unavailable while finishing moves of stock")
 
 
 def _rebuild_lost(campaign_ids: set[int]) -> list[int]:

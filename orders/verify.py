@@ -1,5 +1,7 @@
 """Verify a campaign's accounting (DESIGN.md): total stock == Redis remaining + claims - restocked, computed
-from one consistent cut of Redis, then PostgreSQL; reconciliation repairs from what it finds."""
+from one consistent cut of Redis, then PostgreSQL; reconciliation repairs from what it finds. A campaign split
+into buckets balances per bucket (its share == its remaining + its claims - its restocked), and the shares plus
+the stock in transit between buckets add up to the total (docs/design.md, "Buckets")."""
 from __future__ import annotations
 
 from collections import Counter
@@ -34,6 +36,10 @@ class Balance:
     coupons: int
     issued_claims: int
     parked: int = 0  # ledger entries the drain could never persist (orders/parking.py): no claims, not counted
+    in_transit: int = 0  # stock moved between buckets, out and not in as the buckets' cuts saw it (ledger.py)
+    # Of a campaign split into buckets: each bucket's remaining stock, and its drift (share - its right side)
+    bucket_remaining: dict[int, int | None] = field(default_factory=dict)
+    bucket_drifts: dict[int, int] = field(default_factory=dict)
     users_over_limit: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     # What reconciliation may repair: ledger entries PostgreSQL lacks, per-user counts Redis has wrong.
@@ -52,7 +58,7 @@ class Balance:
     def right_side(self) -> int | None:
         if self.remaining is None:
             return None
-        return self.remaining + self.claims - self.restocked
+        return self.remaining + self.in_transit + self.claims - self.restocked
 
     @property
     def drift(self) -> int | None:
@@ -61,7 +67,7 @@ class Balance:
     @property
     def balanced(self) -> bool:
         return (self.right_side == self.total_stock and not self.users_over_limit and not self.users_drift
-                and not self.problems)
+                and not self.problems and not any(self.bucket_drifts.values()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,16 +84,24 @@ class _PersistedSide:
     parked_ledger_ids: set[str]  # which of the cut's ledger entries are parked or discarded (no claims)
 
 
+# The bucket of a claim id (redis_state.ledger_ref): its fourth part, none for bucket 0.
+BUCKET_SQL = "coalesce(nullif(split_part({0}, '-', 4), ''), '0')::int"
+
+
 def _persisted_side(campaign: Campaign, snap: ledger.LedgerSnapshot) -> _PersistedSide:
     """PostgreSQL's side of the balance in one statement, so one snapshot: a drain committing meanwhile is
-    seen by all of it or by none (separate queries counted such an entry twice, as persisted and as missing)."""
+    seen by all of it or by none (separate queries counted such an entry twice, as persisted and as missing).
+    Of a campaign split into buckets, the side of the snapshot's bucket (the misfiled events on bucket 0's)."""
     ms, seq = (int(part) for part in snap.last_id.split("-"))
     claims, coupons, events = Claim._meta.db_table, Coupon._meta.db_table, CouponEvent._meta.db_table
     parked = ParkedLedgerEntry._meta.db_table
+    split = campaign.buckets > 1
+    of_bucket = f"AND {BUCKET_SQL.format('claim_id')} = %(bucket)s" if split else ""
+    coupon_of_bucket = f"AND {BUCKET_SQL.format('claim_id')} = %(bucket)s" if split else ""
     with connection.cursor() as cursor:
         cursor.execute(
             f"""
-            WITH c AS (SELECT claim_id, user_id, status FROM {claims} WHERE campaign_id = %(campaign)s),
+            WITH c AS (SELECT claim_id, user_id, status FROM {claims} WHERE campaign_id = %(campaign)s {of_bucket}),
                  upto AS (SELECT * FROM c WHERE (split_part(claim_id, '-', 2)::bigint,
                                                  split_part(claim_id, '-', 3)::bigint) <= (%(ms)s, %(seq)s))
             SELECT
@@ -97,19 +111,21 @@ def _persisted_side(campaign: Campaign, snap: ledger.LedgerSnapshot) -> _Persist
               (SELECT coalesce(array_agg(claim_id), '{{}}') FROM c WHERE claim_id = ANY(%(ledger)s)),
               (SELECT coalesce(array_agg(claim_id), '{{}}') FROM upto WHERE status = %(cancelled)s),
               (SELECT coalesce(json_object_agg(claim_id, user_id), '{{}}') FROM c WHERE claim_id = ANY(%(given)s)),
-              (SELECT count(*) FROM {coupons} WHERE campaign_id = %(campaign)s),
+              (SELECT count(*) FROM {coupons} WHERE campaign_id = %(campaign)s {coupon_of_bucket}),
               (SELECT count(*) FROM c WHERE status <> %(pending)s),
               (SELECT count(*) FROM c WHERE status = %(issued)s AND NOT EXISTS (
                  SELECT 1 FROM {coupons} AS k WHERE k.campaign_id = %(campaign)s AND k.claim_id = c.claim_id)),
+              CASE WHEN %(bucket)s = 0 THEN
               (SELECT count(*) FROM {events} AS e JOIN {coupons} AS k ON k.id = e.coupon_id
                  WHERE e.campaign_id = %(campaign)s AND k.campaign_id <> %(campaign)s)
               + (SELECT count(*) FROM {coupons} AS k JOIN {events} AS e ON e.coupon_id = k.id
-                 WHERE k.campaign_id = %(campaign)s AND e.campaign_id <> %(campaign)s),
+                 WHERE k.campaign_id = %(campaign)s AND e.campaign_id <> %(campaign)s) ELSE 0 END,
               (SELECT coalesce(array_agg(%(campaign)s || '-' || entry_id), '{{}}') FROM {parked}
                  WHERE campaign_id = %(campaign)s AND state <> %(retried)s
                    AND %(campaign)s || '-' || entry_id = ANY(%(ledger)s))
             """,
-            {"campaign": campaign.pk, "ms": ms, "seq": seq, "ledger": [e.claim_id for e in snap.entries],
+            {"campaign": campaign.pk, "bucket": snap.bucket, "ms": ms, "seq": seq,
+             "ledger": [e.claim_id for e in snap.entries],
              "given": sorted(snap.cancelled), "cancelled": ClaimStatus.CANCELLED, "pending": ClaimStatus.PENDING,
              "issued": ClaimStatus.ISSUED, "retried": ParkedState.RETRIED},
         )
@@ -127,7 +143,42 @@ def campaign_verify(*, campaign: Campaign) -> Balance:
     """
     if campaign.is_codes:
         return codes_verify(campaign=campaign)
-    snap = ledger.snapshot(campaign.pk)
+    cut = ledger.campaign_snapshot(campaign.pk, campaign.buckets)
+    if campaign.buckets == 1:
+        return _bucket_verify(campaign, cut.buckets[0])
+    return _sum_of_buckets(campaign, cut)
+
+
+def _sum_of_buckets(campaign: Campaign, cut: ledger.CampaignSnapshot) -> Balance:
+    """A campaign split into buckets: each bucket's balance, and their sum with the stock in transit."""
+    parts = [_bucket_verify(campaign, snap) for snap in cut.buckets]
+    remaining = [p.remaining for p in parts]
+    balance = Balance(
+        campaign_id=campaign.pk, total_stock=campaign.total_stock,
+        remaining=None if None in remaining else sum(r or 0 for r in remaining),
+        persisted_claims=sum(p.persisted_claims for p in parts), ledger_only_claims=sum(p.ledger_only_claims
+                                                                                        for p in parts),
+        restocked=sum(p.restocked for p in parts), coupons=sum(p.coupons for p in parts),
+        issued_claims=sum(p.issued_claims for p in parts), parked=sum(p.parked for p in parts),
+        in_transit=cut.in_transit,
+        users_over_limit=sorted(u for p in parts for u in p.users_over_limit),
+        missing_entries=[e for p in parts for e in p.missing_entries],
+        users_drift={u: d for p in parts for u, d in p.users_drift.items()},
+        given_back={c for p in parts for c in p.given_back},
+        bucket_remaining=dict(enumerate(remaining)),
+    )
+    for bucket, (part, snap) in enumerate(zip(parts, cut.buckets, strict=True)):
+        balance.problems += [f"bucket {bucket}: {problem}" for problem in part.problems]
+        if part.right_side is not None and snap.share is not None and snap.share != part.right_side:
+            balance.bucket_drifts[bucket] = snap.share - part.right_side
+    if balance.bucket_drifts:
+        balance.problems.append("buckets whose share is not their remaining + claims - restocked (bucket: "
+                                f"share - that): {balance.bucket_drifts}")
+    return balance
+
+
+def _bucket_verify(campaign: Campaign, snap: ledger.LedgerSnapshot) -> Balance:
+    """One bucket's balance (a campaign not split: the campaign's)."""
     side = _persisted_side(campaign, snap)
     # A parked entry (one the drain could never persist, acknowledged) is no claim: neither persisted nor missing.
     missing = [e for e in snap.entries

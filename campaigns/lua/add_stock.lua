@@ -11,4 +11,7 @@ if redis.call('EXISTS', KEYS[2]) == 0 or redis.call('EXISTS', KEYS[1]) == 0 then
   return -1
 end
 redis.call('HINCRBY', KEYS[1], 'total', ARGV[1])
+if redis.call('HEXISTS', KEYS[1], 'share') == 1 then  -- this bucket's share (load_state.lua) grows with it
+  redis.call('HINCRBY', KEYS[1], 'share', ARGV[1])
+end
 return redis.call('INCRBY', KEYS[2], ARGV[1])

@@ -29,11 +29,17 @@ ARGV[10] with KEYS[6]: the digest of the shopper's Idempotency-Key, kept in the 
          PostgreSQL, from where a rebuilt Redis restores the answer of a claim made with a key
 ARGV[11] with KEYS[6]: how long its answer is kept, milliseconds
 ARGV[12] with KEYS[6]: "1" when an answer is told only once replicas confirmed it (COUPONS_REDIS_REPLICA_ACKS)
+ARGV[13] only for a campaign split into buckets (redis_state.bucket_of; ARGV[10] to ARGV[12] are then always
+         there, "", 0 and 0 without KEYS[6]): the bucket count the caller assumed; meta's "buckets" must say the same
+ARGV[14] "1": a shopper this bucket could serve but for its stock gets -5 "dry" (nothing changed, nothing
+         counted or stored) instead of sold_out: the caller moves stock here from another bucket and asks again
 
 Returns {code, ledger_id, flags}
   code       0 claimed, 1 limit_reached, 2 sold_out, 3 not_started, 4 ended, 5 paused,
              -1 the campaign has no (complete) state in Redis: nothing was changed
              -3 too late: Redis ran the script after the caller's deadline: nothing was changed
+             -4 another bucket count (ledger_id holds meta's): nothing was changed, ask the right bucket
+             -5 dry (only with ARGV[14]): nothing was changed
              -2 rate limited (the campaign, the shopper or the IP sent too many this second): nothing else
                 was changed, and no answer is stored
   ledger_id  the stream entry id of the claim ("" unless claimed)
@@ -68,10 +74,17 @@ if idem then  -- a claim made without a key has a fresh token: its answer is nev
   end
 end
 
-local meta = call('HMGET', KEYS[1], 'starts_ms', 'ends_ms', 'paused', 'limit', 'rate', 'drain')
+local meta = call('HMGET', KEYS[1], 'starts_ms', 'ends_ms', 'paused', 'limit', 'rate', 'drain', 'buckets')
 local stock = call('GET', KEYS[2])
 if not meta[1] or not meta[2] or not meta[4] or not stock then
   return {-1, '', 0}
+end
+if (meta[7] or '1') ~= (ARGV[13] or '1') then
+  return {-4, meta[7] or '1', 0}
+end
+if ARGV[14] == '1' and tonumber(stock) < 1 and now_ms >= tonumber(meta[1]) and now_ms < tonumber(meta[2])
+    and meta[3] ~= '1' and tonumber(call('HGET', KEYS[3], ARGV[1]) or '0') < tonumber(meta[4]) then
+  return {-5, '', 0}
 end
 
 -- Rate limits: this second's counters (one counted only where there is a limit, the campaign's always: its first

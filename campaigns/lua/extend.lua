@@ -7,6 +7,7 @@ KEYS[2] stock     string  coupons left
 KEYS[3] users     hash    user id -> coupons claimed
 KEYS[4] ledger    stream  claims awaiting the drain
 KEYS[5] cancelled set     claim ids whose stock was given back
+KEYS[6..8] moves, sent, received: the bucket's moves of stock (move_out.lua, move_in.lua)
 ARGV[1] old_ends_ms       the end PostgreSQL held before this extension (what meta must still say)
 ARGV[2] new_ends_ms       the new end
 ARGV[3] new_expire_at_ms  absolute expiry of every key (the new end plus the grace period)
@@ -41,7 +42,7 @@ end
 if code == 1 then
   redis.call('HSET', KEYS[1], 'ends_ms', ARGV[2])
 end
-for i = 1, 5 do
+for i = 1, #KEYS do
   if redis.call('EXISTS', KEYS[i]) == 1 then
     redis.call('PEXPIREAT', KEYS[i], ARGV[3])
   end

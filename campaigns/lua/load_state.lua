@@ -7,12 +7,17 @@ KEYS[3] users   hash    user id -> coupons claimed (filled by the caller before 
                         field "" (never a user id) so that it exists, and expires, before the first claim
 KEYS[4] ledger  stream  claims awaiting the drain
 KEYS[5] cancelled set   claim ids whose stock was given back (holds "" so that it exists and expires)
+KEYS[6..8] (a grab campaign's) moves, sent, received: its moves of stock between buckets (move_out.lua), which
+        expire with the rest
 ARGV[1] starts_ms   ARGV[2] ends_ms   ARGV[3] paused "0"/"1"   ARGV[4] per-user limit   ARGV[5] total stock
 ARGV[6] expire_at_ms: absolute expiry of every key (the campaign's end plus a grace period)
 ARGV[7] stock to set when the stock key is missing, or "" to leave a missing stock missing
 ARGV[8] consumer group of the drain
 ARGV[9] last ledger id already persisted ("0-0" if none): a new stream never issues ids at or below it
-ARGV[10] claims the campaign admits per second (its rate limit)
+ARGV[10] claims the campaign admits per second (its rate limit; of a campaign split into buckets, this bucket's part)
+ARGV[11] the campaign's bucket count (redis_state.bucket_of), kept in meta's "buckets"
+ARGV[12] with ARGV[7]: this bucket's share of the stock (meta's "share", moved with the stock between buckets;
+         verify_campaign's per-bucket balance), "" for ARGV[7] itself
 
 Returns {stock_created (0/1), stock (or -1 when missing)}
 --]]
@@ -33,13 +38,14 @@ local function id_less(a, b)
 end
 
 redis.call('HSET', KEYS[1], 'starts_ms', ARGV[1], 'ends_ms', ARGV[2], 'paused', ARGV[3],
-           'limit', ARGV[4], 'total', ARGV[5], 'rate', ARGV[10])
+           'limit', ARGV[4], 'total', ARGV[5], 'rate', ARGV[10], 'buckets', ARGV[11])
 redis.call('HSETNX', KEYS[3], '', '0')
 redis.call('SADD', KEYS[5], '')
 
 local created = 0
 if ARGV[7] ~= '' and redis.call('EXISTS', KEYS[2]) == 0 then
   redis.call('SET', KEYS[2], ARGV[7])
+  redis.call('HSET', KEYS[1], 'share', ARGV[12] ~= '' and ARGV[12] or ARGV[7])
   created = 1
 end
 
@@ -62,7 +68,7 @@ if ARGV[9] ~= '0-0' then
   end
 end
 
-for i = 1, 5 do
+for i = 1, #KEYS do
   if redis.call('EXISTS', KEYS[i]) == 1 then
     redis.call('PEXPIREAT', KEYS[i], ARGV[6])
   end

@@ -65,8 +65,8 @@ def test_a_draft_is_created_with_the_same_validation_messages_as_campaign_create
     now = timezone.localtime()
     form = {"name": "Bad", "kind": "grab", "starts_at_0": now.strftime("%Y-%m-%d"), "starts_at_1": "12:00:00",
             "ends_at_0": now.strftime("%Y-%m-%d"), "ends_at_1": "11:00:00", "total_stock": "5",
-            "per_user_limit": "1", "discount_type": "fixed", "discount_value": "10.00", "min_spend": "0",
-            "currency": "CNY", "valid_days": "7", "audience": "all"}
+            "per_user_limit": "1", "buckets": "1", "discount_type": "fixed", "discount_value": "10.00",
+            "min_spend": "0", "currency": "CNY", "valid_days": "7", "audience": "all"}
 
     refused = admin_client.post("/admin/campaigns/campaign/add/", form)
     created = admin_client.post("/admin/campaigns/campaign/add/", {**form, "ends_at_1": "13:00:00"})

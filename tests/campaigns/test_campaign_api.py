@@ -277,9 +277,9 @@ def test_an_unknown_well_formed_claim_id_is_not_found(client, live_campaign) -> 
 
 @pytest.mark.parametrize(
     "claim_id",
-    ["abc", "1", "1-2", "1-2-3-4", "0-1700000000000-0", "-1-2-3", "1-2-x", "1-" + "9" * 16 + "-0",
+    ["abc", "1", "1-2", "1-2-3-4-5", "1-2-3-0", "0-1700000000000-0", "-1-2-3", "1-2-x", "1-" + "9" * 16 + "-0",
      "\u0661-1700000000000-0", "1-1700000000000-0 "],
-    ids=["letters", "number", "two-parts", "four-parts", "campaign-zero", "negative", "letter-seq",
+    ids=["letters", "number", "two-parts", "five-parts", "bucket-zero", "campaign-zero", "negative", "letter-seq",
          "16-digit-ms", "arabic-indic", "trailing-space"],
 )
 def test_a_malformed_claim_id_is_a_bad_request(client, db, claim_id) -> None:

@@ -26,7 +26,7 @@ def form(**fields: str) -> dict[str, str]:
     later = now + timedelta(hours=2)
     return {"name": "Save 50", "kind": "codes", "code": "save50", "starts_at_0": now.strftime("%Y-%m-%d"),
             "starts_at_1": now.strftime("%H:%M:%S"), "ends_at_0": later.strftime("%Y-%m-%d"),
-            "ends_at_1": later.strftime("%H:%M:%S"), "total_stock": "500", "per_user_limit": "1",
+            "ends_at_1": later.strftime("%H:%M:%S"), "total_stock": "500", "per_user_limit": "1", "buckets": "1",
             "discount_type": "fixed", "discount_value": "50.00", "min_spend": "300", "currency": "CNY",
             "valid_days": "7", "audience": "all", **fields}
 

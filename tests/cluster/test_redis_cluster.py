@@ -30,7 +30,7 @@ from campaigns.redis_state import (
     scripts,
 )
 from core.auth import mint_token
-from core.errors import RateLimited, Unavailable
+from core.errors import Unavailable
 from coupons.models import Coupon, CouponStatus
 from orders import ledger, tasks
 from orders.cancel import claim_cancel
@@ -42,7 +42,7 @@ from orders.verify import campaign_verify
 
 from ..config.test_settings import GOOD, run_with_production_settings
 from ..orders.test_reconciliation import lose_from_postgres
-from .conftest import Cluster
+from .conftest import Cluster, claim_storm
 
 STOCK, LIMIT, SHOPPERS = 30, 2, 40
 
@@ -72,43 +72,9 @@ def slot_of(cluster: Cluster, campaign: Campaign) -> int:
 
 def storm(campaigns: list[Campaign], *, threads: int, claims_per_thread: int) -> list[tuple[int, str, str | None]]:
     """Claims from many threads at once on random campaigns by random shoppers: (campaign, status, claim id)."""
-    answers: list[tuple[int, str, str | None]] = []
-    errors: list[BaseException] = []
-    lock = threading.Lock()
-    start = threading.Barrier(threads)
-
-    def run(seed: int) -> None:
-        rng = random.Random(seed)
-        mine = []
-        start.wait()
-        try:
-            for _ in range(claims_per_thread):
-                campaign = rng.choice(campaigns)
-                user = f"s{rng.randrange(SHOPPERS):03d}"
-                try:
-                    outcome = claim_create(campaign_id=campaign.pk, user_id=user, idempotency_key=None)
-                    mine.append((campaign.pk, outcome.status, outcome.claim_id))
-                except RateLimited:
-                    mine.append((campaign.pk, "rate_limited", None))
-                except Unavailable as exc:  # a fast 503 (a starved machine can pass the 0.5 s deadline)
-                    mine.append((campaign.pk, "unavailable", repr(exc.__cause__)))
-        except BaseException as exc:  # noqa: BLE001 - reported below, with the thread's other answers
-            errors.append(exc)
-        finally:
-            connections.close_all()
-        with lock:
-            answers.extend(mine)
-
-    workers = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
-    assert not errors, errors
-    unavailable = [cause for _, status, cause in answers if status == "unavailable"]
-    assert not [cause for cause in unavailable if "slot" in str(cause).lower() or "moved" in str(cause).lower()]
-    assert len(unavailable) <= len(answers) // 20, unavailable  # a rare timeout, never the cluster's routing
-    return answers
+    answers = claim_storm(lambda rng: (rng.choice(campaigns).pk, f"s{rng.randrange(SHOPPERS):03d}"),
+                          threads=threads, claims_per_thread=claims_per_thread)
+    return [(campaign_id, status, claim_id) for campaign_id, _, status, claim_id in answers]
 
 
 def stock(campaign: Campaign) -> int:

@@ -86,7 +86,8 @@ class CouponLife(RuleBasedStateMachine):
         coupon = self.pick_coupon(index)
         if coupon is not None:
             try:
-                outcome = coupon_redeem(user_id=coupon.user_id, code=coupon.code, order=Order(self.order(order), amount, "CNY"))
+                outcome = coupon_redeem(user_id=coupon.user_id, code=coupon.code,
+                                        order=Order(self.order(order), amount, "CNY"))
             except OrderCartChanged:  # the order's other coupon was priced at another amount: a 400
                 return
             assert outcome.code in USE_CODES
@@ -97,7 +98,8 @@ class CouponLife(RuleBasedStateMachine):
     def confirm(self, index: int, order: str) -> None:
         coupon = self.pick_coupon(index)
         if coupon is not None:
-            assert coupon_confirm(user_id=coupon.user_id, code=coupon.code, order_id=self.order(order)).code in USE_CODES
+            outcome = coupon_confirm(user_id=coupon.user_id, code=coupon.code, order_id=self.order(order))
+            assert outcome.code in USE_CODES
 
     @rule(index=st.integers(0, 20), order=st.sampled_from(ORDERS))
     def release(self, index: int, order: str) -> None:

@@ -74,6 +74,7 @@ def campaign_summary(campaign: Any) -> dict[str, Any]:
         "exclusive": campaign.exclusive,
         "combinable_with": campaign.combinable_with,
         "order_cap": None if campaign.order_cap is None else str(campaign.order_cap),
+        "buckets": campaign.buckets,
     }
 
 
@@ -114,6 +115,9 @@ class Command(OperatorCommand):
                             help=gettext("ids of the only campaigns it may share an order with (1,2)"))
         parser.add_argument("--order-cap",
                             help=gettext("the most an order holding it may take off with all its coupons"))
+        parser.add_argument("--buckets", type=int, default=1,
+                            help=gettext("split a grab campaign's stock over N Redis hash slots (1-64), so one hot "
+                                         "campaign spreads over N masters of a Redis Cluster"))
         parser.add_argument("--publish", action="store_true", help=gettext("publish and load into Redis now"))
 
     def handle(self, *args: Any, **opts: Any) -> None:
@@ -165,6 +169,7 @@ class Command(OperatorCommand):
                 exclusive=opts["exclusive"],
                 combinable_with=combinable_with,
                 order_cap=parse_money(opts["order_cap"], flag="--order-cap"),
+                buckets=opts["buckets"],
                 publish=opts["publish"],
             )
         except ApplicationError as exc:

@@ -27,6 +27,9 @@ def balance_lines(b: Balance) -> list[str]:
         gettext("campaign %(id)s") % {"id": b.campaign_id},
         row(" ", gettext("total stock"), b.total_stock),
         row(" ", gettext("Redis remaining"), remaining),
+        *([row("+", gettext("in transit between buckets"), b.in_transit),
+           "  " + gettext("remaining per bucket: %(remaining)s") % {"remaining": b.bucket_remaining}]
+          if b.bucket_remaining else []),
         row("+", gettext("claims persisted in PostgreSQL"), b.persisted_claims),
         row("+", gettext("claims still only in the ledger"), b.ledger_only_claims),
         row("-", gettext("claims cancelled and restocked"), b.restocked),

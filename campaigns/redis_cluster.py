@@ -4,7 +4,9 @@ Every key of a campaign carries its hash tag {c<id>}, so each script and MULTI o
 shard that owns its slot; a pipeline over several campaigns (remaining_many, backlog_sizes) is split by the
 client, one round trip per node. REDIS_URL names any one node (a seed); the client learns the others from
 CLUSTER SLOTS and follows MOVED/ASK redirections (a redirected command never ran, so following one is not
-a retry). Like the single-node client: no retries, timeouts well under a second.
+a retry). Like the single-node client: no retries, timeouts well under a second. With replica acks a script
+and its WAIT go on one connection of the slot's master (_ClusterPipeline.execute_then_wait), not through the
+cluster pipeline, which would send the WAIT to every master on connections that wrote nothing.
 
 redis-py raises its own RedisClusterException, which is not a RedisError, when no node can be reached or a
 slot is not covered. Every caller here expects a RedisError (a fast 503), so the client translates them:
@@ -14,12 +16,13 @@ command stays a RedisClusterException: that is a bug in the key names, never an 
 """
 from __future__ import annotations
 
+import time
 from typing import Any, cast
 
 import redis
 from redis.backoff import NoBackoff
-from redis.cluster import ClusterPipeline, RedisCluster, TransactionStrategy
-from redis.exceptions import CrossSlotTransactionError, RedisClusterException
+from redis.cluster import PRIMARY, ClusterNode, ClusterPipeline, RedisCluster, TransactionStrategy
+from redis.exceptions import AskError, CrossSlotTransactionError, MovedError, RedisClusterException, TryAgainError
 from redis.retry import Retry
 
 
@@ -58,6 +61,63 @@ class _ClusterPipeline(ClusterPipeline):
                 reply = callbacks[name](reply, **options)
             parsed.append(reply)
         return parsed
+
+    def execute_then_wait(self, numreplicas: int, timeout_ms: int) -> list[Any]:
+        """Execute the queued commands (not a MULTI; their keys in one slot), then WAIT numreplicas timeout_ms,
+        on ONE connection of the master that owns the slot: WAIT counts the writes of its own connection only,
+        and the cluster pipeline would send it to every master, each on a connection that wrote nothing. Return
+        the replies, the WAIT's last (how many replicas hold what the master held after the commands).
+
+        A MOVED or ASK reply to every command means none ran there: they are sent again to the node it names
+        (MOVED also updates the slot map, as redis-py does), as after TRYAGAIN (a slot mid-migration). A lost
+        reply (connection error, timeout) is never sent again: the map is refreshed for the next call."""
+        commands = list(self._execution_strategy.command_queue)
+        self.reset()
+        try:
+            slot = self.determine_slot(*commands[0].args)
+            assert slot is not None, "a command without a key has no master to WAIT on"
+            node = self.nodes_manager.get_node_from_slot(slot)
+            asking = False
+            for attempt in range(self.RedisClusterRequestTTL):
+                replies = self._on_one_connection(node, commands, numreplicas, timeout_ms, asking=asking)
+                redirection = replies[0]
+                if not isinstance(redirection, (MovedError, AskError, TryAgainError)) or any(
+                        type(reply) is not type(redirection) for reply in replies[1:-1]):
+                    break
+                if isinstance(redirection, TryAgainError):
+                    time.sleep(0.05 if attempt else 0)
+                    continue
+                asking = isinstance(redirection, AskError)
+                if isinstance(redirection, MovedError):
+                    self.nodes_manager.move_slot(redirection)
+                node = self.nodes_manager.get_node(redirection.host, redirection.port) or ClusterNode(
+                    redirection.host, redirection.port, PRIMARY)
+        except RedisClusterException as exc:
+            raise _translated(exc) from exc
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return replies
+
+    def _on_one_connection(self, node: ClusterNode, commands: list[Any], numreplicas: int, timeout_ms: int, *,
+                           asking: bool) -> list[Any]:
+        """The replies of the commands and a WAIT sent on one connection of `node` (no retries); with `asking`,
+        each command follows an ASKING (whose reply is dropped)."""
+        pipe = self.get_redis_connection(node).pipeline(transaction=False)
+        for command in commands:
+            if asking:
+                pipe.execute_command("ASKING")
+            pipe.execute_command(*command.args, **command.options)
+        pipe.execute_command("WAIT", numreplicas, timeout_ms)
+        try:
+            replies = pipe.execute(raise_on_error=False)
+        except (redis.ConnectionError, redis.TimeoutError):
+            try:  # the node may have failed over: learn the map again (as redis-py does), never resend
+                self.nodes_manager.initialize()
+            except (RedisClusterException, redis.RedisError):
+                pass
+            raise
+        return replies[1:-1:2] + replies[-1:] if asking else replies
 
 
 class _Cluster(RedisCluster):

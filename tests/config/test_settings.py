@@ -51,7 +51,8 @@ SHOW = ("import json, django; django.setup(); from django.conf import settings a
         "'db': s.DATABASES['default'], 'redirect': s.SECURE_SSL_REDIRECT, 'session_secure': s.SESSION_COOKIE_SECURE, "
         "'csrf_secure': s.CSRF_COOKIE_SECURE, 'hsts': s.SECURE_HSTS_SECONDS, 'proxy': s.SECURE_PROXY_SSL_HEADER, "
         "'redis_timeout': s.COUPONS_REDIS_SOCKET_TIMEOUT, 'cache': s.CACHES['default']['OPTIONS'], "
-        "'broker': s.CELERY_BROKER_TRANSPORT_OPTIONS}, default=str))")
+        "'broker': s.CELERY_BROKER_TRANSPORT_OPTIONS, 'cluster': s.COUPONS_REDIS_CLUSTER, "
+        "'acks': s.COUPONS_REDIS_REPLICA_ACKS}, default=str))")
 
 
 def production_settings(changes: dict[str, str | None]) -> dict:
@@ -77,6 +78,16 @@ def test_production_keeps_connections_with_health_checks_and_bounds_every_wait()
     assert shown["redis_timeout"] == 0.5
     assert shown["cache"] == {"SOCKET_CONNECT_TIMEOUT": 0.5, "SOCKET_TIMEOUT": 0.5}
     assert shown["broker"]["socket_timeout"] == 5 and shown["broker"]["socket_connect_timeout"] == 5
+
+
+def test_replica_acks_are_accepted_on_a_redis_cluster() -> None:
+    on_cluster = {"REDIS_CLUSTER": "1", "CELERY_BROKER_URL": "redis://broker.internal:6379/0"}
+    shown = production_settings({**on_cluster, "COUPONS_REDIS_REPLICA_ACKS": "1"})
+    assert (shown["cluster"], shown["acks"]) == (True, 1)
+    # the timeout must still leave room for the reply within the socket timeout
+    result = run_with_production_settings({**GOOD, **on_cluster, "COUPONS_REDIS_REPLICA_ACKS": "1",
+                                           "COUPONS_REDIS_REPLICA_ACK_TIMEOUT_MS": "400"}, "check")
+    assert result.returncode != 0 and "COUPONS_REDIS_REPLICA_ACK_TIMEOUT_MS" in result.stderr
 
 
 def test_https_settings_follow_the_environment() -> None:

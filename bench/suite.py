@@ -588,6 +588,7 @@ class Suite:
         self.pause_worker(True)
         seconds = max(3, int(a.duration) - 2)
         out = LOG_DIR / "profile.txt"
+        out.unlink(missing_ok=True)  # py-spy that fails writes nothing: never summarize an earlier run's profile
         svg = RESULTS_DIR / "profile-latest.svg"
         log(f"== profile: py-spy record --subprocesses of the web server (pid {self.web.proc.pid}) for {seconds}s "
             "under the selling load")

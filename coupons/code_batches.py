@@ -125,8 +125,7 @@ def code_batch_generate(*, batch_id: int, chunk: int = CHUNK, writers: int = WRI
     """
     if not CodeBatch.objects.filter(pk=batch_id, source=CodeBatchSource.GENERATED).exists():
         raise BadRequest(gettext("no generated batch %(id)s") % {"id": batch_id})
-    if connection.in_atomic_block:
-        writers = 1
+    writers = 1 if connection.in_atomic_block else max(writers, 1)
     try:
         while True:
             batch = CodeBatch.objects.get(pk=batch_id)

@@ -176,6 +176,33 @@ def test_two_writers_report_progress_after_every_chunk_in_commit_order_in_the_ca
     assert {ident for _, ident in seen} == {threading.get_ident()}
 
 
+@pytest.mark.django_db(transaction=True)
+def test_an_error_in_one_of_two_writers_stops_both_and_marks_the_batch_failed_with_its_chunks_kept(monkeypatch):
+    campaign = codes_campaign()
+    batch = code_batch_create(campaign=campaign, count=20_000, created_by="ann")
+    real, calls, lock = code_batches.unique_codes, [], threading.Lock()
+
+    def fifth_block_fails(prefix, serials):
+        with lock:
+            calls.append(1)
+            fail = len(calls) == 5
+        if fail:
+            raise RuntimeError("worker lost")
+        return real(prefix, serials)
+
+    monkeypatch.setattr(code_batches, "unique_codes", fifth_block_fails)
+    with pytest.raises(RuntimeError, match="worker lost"):
+        code_batch_generate(batch_id=batch.pk, chunk=1_000, writers=2)  # raised in the caller's thread
+    batch.refresh_from_db()
+    assert (batch.state, batch.error) == (CodeBatchState.FAILED, "RuntimeError: worker lost")
+    assert 0 < batch.inserted < 20_000 and UniqueCode.objects.filter(batch=batch).count() == batch.inserted
+
+    monkeypatch.setattr(code_batches, "unique_codes", real)
+    code_batch_generate(batch_id=batch.pk, chunk=1_000)
+
+    assert_exact_batch(batch, 20_000)
+
+
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_generating_process_killed_mid_batch_is_resumed_to_the_exact_count_without_duplicates() -> None:

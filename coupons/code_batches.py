@@ -48,8 +48,8 @@ MAX_COUNT = 10_000_000  # codes per batch (generated) or lines per file (importe
 CHUNK = 10_000
 COPY_BLOCK = 1_000  # codes per write() into a COPY
 # Writers per batch: threads of the worker's process, each with its own connection, committing their own chunks,
-# so that two PostgreSQL backends (two cores) insert while the worker builds codes: ~1.3x the codes/s of one
-# writer, a third writer under 10% more (bench/codes_bench.py, docs/benchmarks.md).
+# so that two PostgreSQL backends (two cores) insert while the worker builds codes: 1.3-1.6x the codes/s of one
+# writer; a third writer is within the noise (bench/codes_bench.py, docs/benchmarks.md).
 WRITERS = 2
 EXPORT_PAGE = 10_000
 EXPORT_HEADER = ["code", "status", "holder", "batch"]

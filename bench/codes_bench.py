@@ -18,7 +18,7 @@ A benchmark, not a test. In one run it
      (`python -m config.server`, 2 workers): rows/s, the server's RSS (master + workers) before and at most during;
   6. runs the baseline, a check-then-insert loop (--baseline M codes: a random code, exists(), INSERT, a
      transaction each), and with --variant-rounds R the insert variants (code order or not, blocks written while
-     the next is built or not), R alternating rounds of --variant-codes each;
+     the next is built or not, one, two or three writers, ...), R alternating rounds of --variant-codes each;
   7. checks: exactly N rows, N distinct codes, N CSV rows, a sample of 20,000 codes that pass the MAC check;
   8. prints a summary and writes the JSON to bench/results/codes_bench-<timestamp>.json; drops the database
      (--keep keeps it), also on Ctrl-C.
@@ -75,6 +75,9 @@ VARIANTS = {
     "unordered": "the codes in serial order (random places in the unique index)",
     "one-block": "each chunk's 10,000 codes built first, then written in one piece (no overlap)",
     "hmac-digest": "the MAC by hmac.digest for every code (the generator before coupons.unique_codes' hash states)",
+    "one-writer": "one writer: the chunks one after another on one connection (the generator before two writers)",
+    "three-writers": "three writers at once (one more than the shipped two)",
+    "async-commit": "synchronous_commit off on the writers' connections (a chunk's commit does not wait for its WAL)",
 }
 
 
@@ -106,7 +109,20 @@ def child_generate(batch_id: int, chunk: int, variant: str = "shipped") -> dict[
     from coupons.code_batches import code_batch_generate
     from coupons.models import CodeBatch
 
-    if variant == "unordered":
+    writers = code_batches.WRITERS
+    if variant == "one-writer":
+        writers = 1
+    elif variant == "three-writers":
+        writers = 3
+    if variant == "async-commit":
+        from django.db.backends.signals import connection_created
+
+        def async_commit(sender: Any, connection: Any, **kwargs: Any) -> None:
+            with connection.cursor() as cursor:
+                cursor.execute("SET synchronous_commit TO off")
+
+        connection_created.connect(async_commit, weak=False)
+    elif variant == "unordered":
         code_batches.in_code_order = list  # type: ignore[assignment]
     elif variant == "one-block":
         code_batches.COPY_BLOCK = chunk
@@ -124,7 +140,7 @@ def child_generate(batch_id: int, chunk: int, variant: str = "shipped") -> dict[
             samples.append({"inserted": b.inserted, "s": round(time.perf_counter() - start, 2),
                             "vmrss_kib": vmrss_kib()})
 
-    done = code_batch_generate(batch_id=batch_id, chunk=chunk, progress=progress)
+    done = code_batch_generate(batch_id=batch_id, chunk=chunk, writers=writers, progress=progress)
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     return {"codes": done.inserted, "seconds": round(seconds, 3), "codes_per_s": round(done.inserted / seconds),
             "python_cpu_us_per_code": round(cpu / done.inserted * 1e6, 2),
@@ -439,7 +455,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--chunk", type=int, default=10_000, help="codes per transaction (10000)")
     parser.add_argument("--baseline", type=int, default=5_000, help="codes by a check-then-insert loop (5000; 0: none)")
     parser.add_argument("--variant-rounds", type=int, default=0,
-                        help="rounds of the insert variants (shipped, unordered, one-block), alternating (0: none)")
+                        help="rounds of the insert variants (shipped, one-writer, ...), alternating (0: none)")
     parser.add_argument("--variants", help=f"the variants to run, comma-separated (all: {','.join(VARIANTS)})")
     parser.add_argument("--variant-codes", type=int, default=200_000, help="codes per variant and round (200000)")
     parser.add_argument("--no-download", action="store_true", help="leave out the download through the web server")

@@ -3,21 +3,26 @@ export a campaign's or a batch's codes as CSV (streamed).
 
 Generation never checks before it inserts: every code is built from a serial of the PostgreSQL sequence
 `coupons_unique_code_serial` (coupons.unique_codes), so two codes never collide. A chunk is one transaction:
-it locks the batch row, takes its serials (`nextval` over `generate_series`), COPYs the codes and adds them to
-the batch's `inserted` counter. A worker killed mid-chunk loses only that chunk's transaction (and its serials,
-a gap in the sequence); a rerun reads `inserted` and makes exactly the codes still missing. Two runs of one
-batch at once queue on the row lock, so the count stays exact.
+it takes its serials (`nextval` over `generate_series`), COPYs the codes and, at its end, adds them to the
+batch's `inserted` counter only if they still fit (`inserted + n <= requested`; else the chunk is rolled back).
+Two writers (threads of the worker, a connection each) commit chunks at once, so that PostgreSQL works on both
+cores. A worker killed mid-batch loses only its open chunks' transactions (and their serials, a gap in the
+sequence); a rerun reads `inserted` and makes exactly the codes still missing. Two runs of one batch at once
+both write, and the counter's condition keeps the count exact.
 """
 from __future__ import annotations
 
+import copy
 import csv
 import io
+import queue
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from celery import current_app
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, connection, connections, transaction
 from django.db.models import F, Sum
 from django.utils import timezone
 from django.utils.translation import gettext, ngettext
@@ -38,10 +43,14 @@ from .unique_codes import (
 
 GENERATE_TASK = "coupons.tasks.code_batch_generate"
 MAX_COUNT = 10_000_000  # codes per batch (generated) or lines per file (imported)
-# Codes per transaction: ~0.1 s of work at ~100,000 codes/s, so progress moves every tenth of a second and a
-# killed worker loses at most that much (bench/codes_bench.py).
+# Codes per transaction: ~0.1 s of a writer's work, so progress moves several times a second and a killed worker
+# loses at most that much per writer (bench/codes_bench.py).
 CHUNK = 10_000
 COPY_BLOCK = 1_000  # codes per write() into a COPY
+# Writers per batch: threads of the worker's process, each with its own connection, committing their own chunks,
+# so that two PostgreSQL backends (two cores) insert while the worker builds codes: 1.3-1.6x the codes/s of one
+# writer; a third writer is within the noise (bench/codes_bench.py, docs/benchmarks.md).
+WRITERS = 2
 EXPORT_PAGE = 10_000
 EXPORT_HEADER = ["code", "status", "holder", "batch"]
 _COPY = "COPY coupons_uniquecode (code, campaign_id, batch_id) FROM STDIN"  # created_at: the database's
@@ -102,47 +111,139 @@ def code_batch_send(*, batch: CodeBatch) -> None:
     transaction.on_commit(send)
 
 
-def code_batch_generate(*, batch_id: int, chunk: int = CHUNK,
+def code_batch_generate(*, batch_id: int, chunk: int = CHUNK, writers: int = WRITERS,
                         progress: Callable[[CodeBatch], None] | None = None) -> CodeBatch:
     """Fill a generated batch up to its requested count, one committed chunk at a time; return it done.
 
-    Safe to rerun after a crash (it continues from the batch's `inserted`) and to run twice at once (chunks
-    queue on the batch row's lock). `progress` is called after each chunk. On an error the batch is marked
-    failed (with the error) and the error raised; a rerun resumes it. Call outside any transaction.
+    `writers` threads of this process (each with its own connection) make and commit chunks at once; in a
+    transaction (a test's) the caller's connection writes alone, since no other could see its rows. A chunk
+    counts itself into the batch's `inserted` at its end, only if it still fits (`inserted + n <= requested`),
+    else it is rolled back: the count is exact however many runs fill one batch at once. Safe to rerun after a
+    crash (it continues from the batch's `inserted`). `progress` is called in this thread after each chunk, in
+    the order they committed. On an error the batch is marked failed (with the error) and the error raised; a
+    rerun resumes it.
     """
     if not CodeBatch.objects.filter(pk=batch_id, source=CodeBatchSource.GENERATED).exists():
         raise BadRequest(gettext("no generated batch %(id)s") % {"id": batch_id})
+    writers = 1 if connection.in_atomic_block else max(writers, 1)
     try:
         while True:
-            with transaction.atomic():
-                batch = CodeBatch.objects.select_for_update().get(pk=batch_id)
-                n = min(chunk, batch.requested - batch.inserted)
-                if n <= 0:
-                    if batch.state != CodeBatchState.DONE:
-                        batch.state, batch.error, batch.finished_at = CodeBatchState.DONE, "", timezone.now()
-                        batch.save(update_fields=["state", "error", "finished_at"])
-                    return batch
-                with connection.cursor() as cursor:
-                    cursor.execute("SELECT nextval('coupons_unique_code_serial') FROM generate_series(1, %s)", [n])
-                    serials = [row[0] for row in cursor.fetchall()]
-                    _copy_codes(cursor, _generated_blocks(batch.prefix, serials), batch)
-                batch.inserted += n
-                batch.state, batch.error = CodeBatchState.RUNNING, ""
-                batch.save(update_fields=["inserted", "state", "error"])
-            if progress is not None:
-                progress(batch)
+            batch = CodeBatch.objects.get(pk=batch_id)
+            if batch.inserted >= batch.requested:
+                if batch.state != CodeBatchState.DONE:
+                    CodeBatch.objects.filter(pk=batch_id).exclude(state=CodeBatchState.DONE).update(
+                        state=CodeBatchState.DONE, error="", finished_at=timezone.now())
+                    batch.refresh_from_db()
+                return batch
+            _fill(batch, chunk, writers, progress)  # until done, or until a chunk no longer fits: then read again
     except Exception as exc:
         CodeBatch.objects.filter(pk=batch_id).exclude(state=CodeBatchState.DONE).update(
             state=CodeBatchState.FAILED, error=f"{type(exc).__name__}: {exc}"[:2000])
         raise
 
 
+class _Share:
+    """What a fill of a batch still has to make, handed to its writers a chunk at a time; `in_order` is held
+    from a chunk's count to its report, so reports come in commit order."""
+
+    def __init__(self, left: int) -> None:
+        self.left, self.lock, self.in_order = left, threading.Lock(), threading.Lock()
+
+    def take(self, chunk: int) -> int:
+        with self.lock:
+            n = min(chunk, self.left)
+            self.left -= n
+            return n
+
+    def stop(self) -> None:
+        with self.lock:
+            self.left = 0
+
+
+def _fill(batch: CodeBatch, chunk: int, writers: int, progress: Callable[[CodeBatch], None] | None) -> None:
+    """Make the batch's missing codes with `writers` writers (1: in this thread, on its connection)."""
+    share = _Share(batch.requested - batch.inserted)
+
+    def report(inserted: int) -> None:
+        if progress is not None:
+            snapshot = copy.copy(batch)
+            snapshot.inserted, snapshot.state, snapshot.error = inserted, CodeBatchState.RUNNING, ""
+            progress(snapshot)
+
+    if writers == 1:
+        _write_chunks(batch, share, chunk, report)
+        return
+    reports: queue.SimpleQueue[int | None] = queue.SimpleQueue()
+    errors: list[BaseException] = []
+
+    def writer() -> None:
+        try:
+            _write_chunks(batch, share, chunk, reports.put)
+        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
+            share.stop()
+            errors.append(exc)
+        finally:
+            connections.close_all()  # this thread's own connection
+            reports.put(None)
+
+    threads = [threading.Thread(target=writer, name=f"codes-{batch.pk}-{i}", daemon=True) for i in range(writers)]
+    try:
+        for thread in threads:
+            thread.start()
+        running = writers
+        while running:
+            inserted = reports.get()
+            if inserted is None:
+                running -= 1
+            else:
+                report(inserted)
+    finally:
+        share.stop()  # a failed report, or Ctrl-C: the writers end their chunk and stop
+        for thread in threads:
+            thread.join()
+    if errors:
+        raise errors[0]
+
+
+# A chunk's count, at its end: only if it still fits (READ COMMITTED: the condition is checked again on the row
+# as the writer that held it last committed it). The row lock it takes is held only until the chunk commits.
+_COUNT = ("UPDATE coupons_codebatch SET inserted = inserted + %(n)s, state = %(running)s, error = '' "
+          "WHERE id = %(batch)s AND inserted + %(n)s <= requested RETURNING inserted")
+
+
+def _write_chunks(batch: CodeBatch, share: _Share, chunk: int, report: Callable[[int], None]) -> None:
+    """Commit chunks of the batch's codes (one transaction each) on this thread's connection while the share
+    lasts; report the batch's count after each. A chunk that no longer fits (another run filled the batch
+    meanwhile) is rolled back and ends the share."""
+    while n := share.take(chunk):
+        counted, ordered = None, False
+        try:
+            with transaction.atomic():
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT nextval('coupons_unique_code_serial') FROM generate_series(1, %s)", [n])
+                    serials = [row[0] for row in cursor.fetchall()]
+                    _copy_codes(cursor, _generated_blocks(batch.prefix, serials), batch)
+                    share.in_order.acquire()
+                    ordered = True
+                    cursor.execute(_COUNT, {"n": n, "batch": batch.pk, "running": CodeBatchState.RUNNING.value})
+                    counted = cursor.fetchone()
+                if counted is None:
+                    transaction.set_rollback(True)
+            if counted is None:
+                share.stop()
+                return
+            report(counted[0])
+        finally:
+            if ordered:
+                share.in_order.release()
+
+
 def _copy_codes(cursor: Any, blocks: Iterable[list[str]], batch: CodeBatch) -> None:
     """COPY the codes into the batch: blocks of tab-separated text (no tab or backslash can occur in a code)."""
     tail = f"\t{batch.campaign_id}\t{batch.pk}\n"
-    with cursor.cursor.copy(_COPY) as copy:  # psycopg 3's cursor under Django's wrapper
+    with cursor.cursor.copy(_COPY) as stream:  # psycopg 3's cursor under Django's wrapper
         for block in blocks:
-            copy.write(tail.join(block) + tail)
+            stream.write(tail.join(block) + tail)
 
 
 def _generated_blocks(prefix: str, serials: list[int]) -> Iterator[list[str]]:

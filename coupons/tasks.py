@@ -31,7 +31,8 @@ def expiry_sweep() -> dict:
 @shared_task(name="coupons.tasks.code_batch_generate", ignore_result=True)
 def code_batch_generate(batch_id: int) -> dict:
     """Fill a batch of unique codes (sent by coupons.code_batches.code_batch_send); safe to run twice: it
-    resumes from the batch's committed count, and two runs at once queue on the batch row."""
+    resumes from the batch's committed count, and two runs at once keep it exact (a chunk counts only if it still
+    fits)."""
     batch = code_batches.code_batch_generate(batch_id=batch_id)
     log.info("code batch %d: %d codes", batch.pk, batch.inserted)
     return {"batch": batch.pk, "count": batch.inserted}

@@ -1,5 +1,6 @@
-"""Unique codes in bulk (coupons.code_batches, issue 19): generation (exact, resumable after a kill, two runs at
-once), the Celery task through a real worker, the CSV export, the all-or-nothing import, and their commands."""
+"""Unique codes in bulk (coupons.code_batches, issue 19): generation (exact, two writers at once, resumable after a
+kill, two runs at once), the Celery task through a real worker, the CSV export, the all-or-nothing import, and
+their commands."""
 from __future__ import annotations
 
 import csv
@@ -8,11 +9,12 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from datetime import timedelta
 
 import pytest
 from django.core.management import CommandError, call_command
-from django.db import connection
+from django.db import connection, connections
 from django.utils import timezone
 
 from coupons import code_batches
@@ -142,18 +144,79 @@ def test_an_error_mid_batch_marks_it_failed_with_its_chunks_kept_and_a_rerun_com
     assert_exact_batch(batch, 10_000)
 
 
+def serials_taken() -> int:
+    """How many serials the sequence has given so far (a chunk rolled back keeps its serials: a gap)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT last_value, is_called FROM coupons_unique_code_serial")
+        last_value, is_called = cursor.fetchone()
+    return last_value + 1 if is_called else last_value
+
+
+def open_transactions_of_others() -> int:
+    """Backends of the test database, other than this test's, inside a transaction (a writer's open chunk)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                       "AND pid <> pg_backend_pid() AND xact_start IS NOT NULL")
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_writers_report_progress_after_every_chunk_in_commit_order_in_the_callers_thread() -> None:
+    campaign = codes_campaign()
+    batch = code_batch_create(campaign=campaign, count=25_000, created_by="ann")
+    seen: list[tuple[int, int]] = []
+
+    code_batch_generate(batch_id=batch.pk, chunk=4_000, writers=2,
+                        progress=lambda b: seen.append((b.inserted, threading.get_ident())))
+
+    assert_exact_batch(batch, 25_000)
+    counts = [inserted for inserted, _ in seen]
+    assert counts == sorted(set(counts)) and counts[-1] == 25_000, counts  # once per chunk, in commit order
+    assert sorted(b - a for a, b in zip([0, *counts], counts, strict=False)) == [1_000] + [4_000] * 6
+    assert {ident for _, ident in seen} == {threading.get_ident()}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_error_in_one_of_two_writers_stops_both_and_marks_the_batch_failed_with_its_chunks_kept(monkeypatch):
+    campaign = codes_campaign()
+    batch = code_batch_create(campaign=campaign, count=20_000, created_by="ann")
+    real, calls, lock = code_batches.unique_codes, [], threading.Lock()
+
+    def fifth_block_fails(prefix, serials):
+        with lock:
+            calls.append(1)
+            fail = len(calls) == 5
+        if fail:
+            raise RuntimeError("worker lost")
+        return real(prefix, serials)
+
+    monkeypatch.setattr(code_batches, "unique_codes", fifth_block_fails)
+    with pytest.raises(RuntimeError, match="worker lost"):
+        code_batch_generate(batch_id=batch.pk, chunk=1_000, writers=2)  # raised in the caller's thread
+    batch.refresh_from_db()
+    assert (batch.state, batch.error) == (CodeBatchState.FAILED, "RuntimeError: worker lost")
+    assert 0 < batch.inserted < 20_000 and UniqueCode.objects.filter(batch=batch).count() == batch.inserted
+
+    monkeypatch.setattr(code_batches, "unique_codes", real)
+    code_batch_generate(batch_id=batch.pk, chunk=1_000)
+
+    assert_exact_batch(batch, 20_000)
+
+
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_generating_process_killed_mid_batch_is_resumed_to_the_exact_count_without_duplicates() -> None:
-    # Given codes_generate running in its own process, SIGKILLed once some chunks are committed
+    # Given codes_generate running in its own process, SIGKILLed with its two writers each inside a chunk, once
+    # some chunks are committed
     campaign = codes_campaign()
     proc = subprocess.Popen(
         [sys.executable, "manage.py", "codes_generate", str(campaign.pk), "--count", "400000", "--chunk", "2000"],
         cwd=ROOT, env=process_env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
     )
     try:
-        batch = wait_for(lambda: CodeBatch.objects.filter(campaign=campaign, inserted__gte=20_000).first(),
-                         timeout=60, interval=0.01, what="20,000 codes committed")
+        batch = wait_for(lambda: open_transactions_of_others() == 2
+                         and CodeBatch.objects.filter(campaign=campaign, inserted__gte=20_000).first(),
+                         timeout=60, interval=0.01, what="20,000 codes committed, two chunks open")
         os.kill(proc.pid, signal.SIGKILL)
     finally:
         proc.kill()
@@ -176,9 +239,45 @@ def test_two_runs_of_one_batch_at_once_make_the_exact_count() -> None:
     campaign = codes_campaign()
     batch = code_batch_create(campaign=campaign, count=30_000, created_by="ann")
 
-    run_twice_at_once(lambda: code_batch_generate(batch_id=batch.pk, chunk=1_000))
+    done = run_twice_at_once(lambda: code_batch_generate(batch_id=batch.pk, chunk=1_000))  # two writers each
 
+    assert [b.inserted for b in done] == [30_000, 30_000]
     assert_exact_batch(batch, 30_000)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_chunk_that_no_longer_fits_is_rolled_back_and_the_count_stays_exact(monkeypatch) -> None:
+    # Given a run of a batch whose first chunk is being made when a second run of the batch fills it whole
+    campaign = codes_campaign()
+    batch = code_batch_create(campaign=campaign, count=12_000, created_by="ann")
+    real, second = code_batches.unique_codes, []
+
+    def second_run_fills_the_batch(prefix, serials):
+        if not second:
+            second.append(None)
+            thread = threading.Thread(target=lambda: run_and_close(
+                lambda: second.append(code_batch_generate(batch_id=batch.pk, chunk=4_000))))
+            thread.start()
+            thread.join()
+        return real(prefix, serials)
+
+    monkeypatch.setattr(code_batches, "unique_codes", second_run_fills_the_batch)
+    taken = serials_taken()
+
+    # When the first run goes on
+    first = code_batch_generate(batch_id=batch.pk, chunk=4_000)
+
+    # Then its chunk was rolled back (its serials are a gap) and the batch has exactly its count
+    assert (first.inserted, second[1].inserted) == (12_000, 12_000)
+    assert serials_taken() - taken >= 12_000 + 4_000
+    assert_exact_batch(batch, 12_000)
+
+
+def run_and_close(job) -> None:
+    try:
+        job()
+    finally:
+        connections.close_all()  # this thread's own connection
 
 
 @pytest.mark.slow

@@ -122,6 +122,8 @@ def claim_calls(builder: Any, campaign_id: int, claims: int, repeat: float, seed
 def run_round(servers: list[Server], claims: int, campaign_id: int, repeat: float, seed: int) -> None:
     """One round: every server's script on the same claims, 100 EVALSHAs a pipeline, taking turns batch by
     batch (a busy moment of the machine touches every script alike); each server's figures appended."""
+    from campaigns.redis_state import claim_reply
+
     for server in servers:
         load_campaign(server.url, campaign_id, claims)
     for server in servers:
@@ -135,8 +137,9 @@ def run_round(servers: list[Server], claims: int, campaign_id: int, repeat: floa
             pipe = server.client.pipeline(transaction=False)
             for words in server.calls[start:start + 100]:
                 pipe.evalsha(server.sha, *words)
-            for code, _, _ in pipe.execute():
-                server.codes[int(code)] = server.codes.get(int(code), 0) + 1
+            for reply in pipe.execute():  # a table before 9 December's script, one string since (claim_reply)
+                code = int(reply[0]) if isinstance(reply, list) else claim_reply(reply)[0]
+                server.codes[code] = server.codes.get(code, 0) + 1
     for server in servers:
         cpu = main_thread_cpu(server.client) - server.cpu_before
         stats = commandstats(server.client)

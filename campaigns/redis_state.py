@@ -406,10 +406,10 @@ class ClaimFlow:
 
     def answer(self, raw: Any) -> ClaimResult | int | list[int] | None:
         """The next step after the script's reply."""
-        code = int(raw[0])
+        code, counted, _ = claim_reply(raw)
         if code == ClaimCode.OTHER_BUCKETS and not self.recounted:
             self.recounted = True  # learnt from Redis: at most once per claim
-            self.buckets = int(raw[1])
+            self.buckets = int(counted)
             remember_buckets(self.campaign_id, self.buckets)
             self.home = bucket_of(self.user_id, self.buckets)
             return None
@@ -632,7 +632,7 @@ def received_moves(campaign_id: int, wanted: list[tuple[int, str]]) -> set[str]:
         raise StoreUnavailable(str(exc)) from exc
 
 
-def _found_or_unavailable(stored: tuple[int, str] | None | object, exc: Exception, call: ClaimCall) -> list[Any]:
+def _found_or_unavailable(stored: tuple[int, str] | None | object, exc: Exception, call: ClaimCall) -> str:
     """The script's reply rebuilt from its stored answer (the drain flag set: a trigger costs nothing);
     StoreUnavailable when it never ran, ClaimOutcomeUnknown when the answer could not be read."""
     if stored is UNREADABLE:
@@ -643,15 +643,15 @@ def _found_or_unavailable(stored: tuple[int, str] | None | object, exc: Exceptio
     if stored[0] == ClaimCode.CLAIMED and hot().replica_acks:
         # Read back from the master, but no replica confirmed it to this request: never answered claimed.
         raise call.unknown(exc)
-    return [stored[0], stored[1], 2]
+    return f"{stored[0]}:{stored[1]}:2"
 
 
-def _unless_claimed(exc: NotAcknowledged, call: ClaimCall) -> list[Any]:
+def _unless_claimed(exc: NotAcknowledged, call: ClaimCall) -> Any:
     """The reply of a claim the replicas did not confirm in time: a claim (or the replay of one) may be lost
     by a failover, so it is answered 503 and taken back (ClaimOutcomeUnknown, as a lost reply); any other
     answer promised nothing and stands."""
-    if int(exc.reply[0]) != ClaimCode.CLAIMED:
-        return list(exc.reply)
+    if claim_reply(exc.reply)[0] != ClaimCode.CLAIMED:
+        return exc.reply
     raise call.unknown(exc)
 
 
@@ -724,15 +724,20 @@ def claim_call(
 _CODES = {code.value: code for code in ClaimCode}
 
 
-def claim_result(raw: Any, bucket: int = 0) -> ClaimResult:
-    """Read the claim script's reply {code, ledger id, flags} on `bucket`: the result's ledger_id is a ledger_ref."""
-    code, ledger_id, flags = raw
-    ledger_id = ledger_id.decode() if isinstance(ledger_id, bytes) else str(ledger_id)
+def claim_reply(raw: bytes | str) -> tuple[int, str, int]:
+    """The claim script's reply "<code>:<ledger id>:<flags>" (claim.lua) as (code, ledger id, flags)."""
+    code, ledger_id, flags = (raw.decode() if isinstance(raw, bytes) else raw).split(":")
+    return int(code), ledger_id, int(flags)
+
+
+def claim_result(raw: bytes | str, bucket: int = 0) -> ClaimResult:
+    """Read the claim script's reply on `bucket` (claim_reply): the result's ledger_id is a ledger_ref."""
+    code, ledger_id, flags = claim_reply(raw)
     return ClaimResult(
-        code=_CODES[int(code)],
+        code=_CODES[code],
         ledger_id=ledger_ref(ledger_id, bucket) if bucket else ledger_id,
-        replayed=bool(int(flags) & 1),
-        trigger_drain=bool(int(flags) & 2),
+        replayed=bool(flags & 1),
+        trigger_drain=bool(flags & 2),
     )
 
 

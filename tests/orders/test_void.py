@@ -17,6 +17,7 @@ from campaigns.redis_state import (
     VoidNotConfirmed,
     campaign_keys,
     claim_call,
+    claim_reply,
     redis_client,
     redis_now_ms,
     reset_redis_client,
@@ -34,8 +35,8 @@ def ran_but_unanswered(campaign, user: str, key: str | None) -> ClaimOutcomeUnkn
     """Run the claim script as a request would, and forget its reply (what a frozen Redis does to it)."""
     call = claim_call(campaign_id=campaign.pk, user_id=user, idempotency_key=key, client_ip=None,
                       now_ms=redis_now_ms())
-    code, _, _ = scripts().claim(keys=call.keys, args=call.args)
-    assert int(code) == 0
+    code, _, _ = claim_reply(scripts().claim(keys=call.keys, args=call.args))
+    assert code == 0
     return ClaimOutcomeUnknown("lost", campaign_id=campaign.pk, user_id=user, answer_key=call.idem_key,
                                token=call.token)
 
@@ -89,8 +90,8 @@ def run_acked(campaign, user: str, key: str) -> tuple[int, bool, ClaimOutcomeUnk
     with override_settings(COUPONS_REDIS_REPLICA_ACKS=1):
         call = claim_call(campaign_id=campaign.pk, user_id=user, idempotency_key=key, client_ip=None,
                           now_ms=redis_now_ms())
-    code, _, flags = scripts().claim.registered(keys=call.keys, args=call.args)
-    return int(code), bool(int(flags) & 1), ClaimOutcomeUnknown(
+    code, _, flags = claim_reply(scripts().claim.registered(keys=call.keys, args=call.args))
+    return code, bool(flags & 1), ClaimOutcomeUnknown(
         "not confirmed", campaign_id=campaign.pk, user_id=user, answer_key=call.idem_key, token=call.token)
 
 

@@ -424,6 +424,10 @@ def start_stores() -> Stores:
         else:
             port = free_port()
             log(f"REDIS_URL unset: starting an embedded Valkey in {rel(BENCH_VAR / 'valkey')} on port {port} ...")
+            # It starts empty: its dbs are the bench's to flush (the suite flushes them), and the AOF of earlier
+            # runs, never rewritten during a bench (below), grew by hundreds of MB a run; loading a 702 MB one
+            # outlasted the start's 20 s (ValkeyServerStartupError).
+            shutil.rmtree(BENCH_VAR / "valkey" / "appendonlydir", ignore_errors=True)
             vk = devstack.EmbeddedValkey(BENCH_VAR / "valkey", port) if devstack else _FallbackValkey(
                 BENCH_VAR / "valkey", port)
             stores.redis_url = vk.start()

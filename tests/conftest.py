@@ -172,6 +172,25 @@ def run_twice_at_once(job: Callable[[], Any]) -> list[Any]:
     return results
 
 
+def claims_in_threads(campaign_id: int, count: int, answers: list[Any]) -> list[threading.Thread]:
+    """Start `count` shoppers in threads of their own, shopper s<n> claiming once with the Idempotency-Key k<n>
+    on the synchronous path; each appends its outcome, or the Unavailable it was answered, to `answers`. Return
+    the started threads (the caller joins them)."""
+    from core.errors import Unavailable
+    from orders.claim import claim_create
+
+    def shopper(n: int) -> None:
+        try:
+            answers.append(claim_create(campaign_id=campaign_id, user_id=f"s{n}", idempotency_key=f"k{n}"))
+        except Unavailable as exc:
+            answers.append(exc)
+
+    threads = [threading.Thread(target=shopper, args=(n,)) for n in range(count)]
+    for t in threads:
+        t.start()
+    return threads
+
+
 def in_one_second(run: Callable[[int], Any]) -> Any:
     """Return run(attempt), started just after a second of the clock begins (the limits count per second);
     run again, with the next attempt number, when it still crossed into the next second (a slow machine)."""

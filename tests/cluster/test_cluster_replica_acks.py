@@ -9,7 +9,6 @@ import json
 import logging
 import os
 import signal
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -30,6 +29,7 @@ from orders.claim import claim_create
 from orders.drain import drain_campaign
 from orders.models import Claim
 
+from ..conftest import claims_in_threads
 from ..faults.harness import wait_until
 from .conftest import Cluster, add_replica, process_id
 
@@ -89,20 +89,10 @@ def test_sync_claims_and_a_cancel_on_a_cluster_are_answered_only_once_the_slots_
 
     # When the campaign's replica stops acknowledging while shoppers claim on the synchronous path
     answers: list[Any] = []
-
-    def shopper(n: int) -> None:
-        try:
-            answers.append(claim_create(campaign_id=campaign.pk, user_id=f"s{n}", idempotency_key=f"k{n}"))
-        except Unavailable as exc:
-            answers.append(exc)
-
     os.kill(process_id(replica), signal.SIGSTOP)
     try:
         started = time.monotonic()
-        threads = [threading.Thread(target=shopper, args=(n,)) for n in range(6)]
-        for t in threads:
-            t.start()
-        for t in threads:
+        for t in claims_in_threads(campaign.pk, 6, answers):
             t.join()
         elapsed = time.monotonic() - started
         # and a cancel with restock is made meanwhile: it holds on the master, answered after its WAIT

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
 
 import pytest
@@ -14,6 +13,7 @@ from campaigns.services import campaign_preheat
 from core.errors import Unavailable
 from orders.claim import claim_create
 
+from ..conftest import claims_in_threads
 from ..factories import CampaignFactory
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]
@@ -30,17 +30,7 @@ def test_a_claim_sent_to_a_frozen_redis_is_a_fast_503_and_never_happens_after_it
     os.kill(pid, signal.SIGSTOP)
     try:
         started = time.monotonic()
-
-        def shopper(n: int) -> None:
-            try:
-                answers.append(claim_create(campaign_id=campaign.pk, user_id=f"s{n}", idempotency_key=f"k{n}"))
-            except Unavailable as exc:
-                answers.append(exc)
-
-        threads = [threading.Thread(target=shopper, args=(n,)) for n in range(5)]
-        for t in threads:
-            t.start()
-        for t in threads:
+        for t in claims_in_threads(campaign.pk, 5, answers):
             t.join()
         elapsed = time.monotonic() - started
         health = client.get("/healthz")

@@ -9,7 +9,6 @@ import io
 import json
 import os
 import signal
-import threading
 import time
 from typing import Any
 
@@ -31,7 +30,7 @@ from orders.claim import claim_create, claim_create_async
 from orders.drain import drain_campaign
 from orders.models import Claim, ParkedLedgerEntry
 
-from ..conftest import process_env, run_coroutine
+from ..conftest import claims_in_threads, process_env, run_coroutine
 from ..factories import CampaignFactory
 from .harness import Proc, Valkey, Window, run_fault, wait_until
 from .replicas import MASTER_NAME, Sentinel, start_replica
@@ -60,12 +59,6 @@ def _claims_503_while_the_replica_is_stopped(replica: Valkey) -> None:
     assert [o.status for o in told] == ["claimed", "claimed"]
     answers: list[Any] = []
 
-    def shopper(n: int) -> None:
-        try:
-            answers.append(claim_create(campaign_id=campaign.pk, user_id=f"s{n}", idempotency_key=f"k{n}"))
-        except Unavailable as exc:
-            answers.append(exc)
-
     async def shoppers_on_a_loop() -> list[Any]:  # one pipelined batch: one WAIT for all of them
         return await asyncio.gather(*(claim_create_async(campaign_id=campaign.pk, user_id=f"a{n}",
                                                          idempotency_key=None if n % 2 else f"ak{n}")
@@ -74,9 +67,7 @@ def _claims_503_while_the_replica_is_stopped(replica: Valkey) -> None:
     os.kill(replica.pid, signal.SIGSTOP)
     try:
         started = time.monotonic()
-        threads = [threading.Thread(target=shopper, args=(n,)) for n in range(6)]
-        for t in threads:
-            t.start()
+        threads = claims_in_threads(campaign.pk, 6, answers)
         answers += run_coroutine(shoppers_on_a_loop())
         for t in threads:
             t.join()

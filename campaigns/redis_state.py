@@ -726,7 +726,7 @@ _CODES = {code.value: code for code in ClaimCode}
 
 def claim_reply(raw: bytes | str) -> tuple[int, str, int]:
     """The claim script's reply "<code>:<ledger id>:<flags>" (claim.lua) as (code, ledger id, flags)."""
-    code, ledger_id, flags = (raw.decode() if isinstance(raw, bytes) else raw).split(":")
+    code, ledger_id, flags = _str(raw).split(":")
     return int(code), ledger_id, int(flags)
 
 

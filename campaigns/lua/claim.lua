@@ -105,58 +105,49 @@ local n, u, i = (seen[1] or 0) + 1, (seen[2] or 0) + 1, (seen[3] or 0) + 1
 local rate = (meta[5] or 0) + 0
 local over_c = rate > 0 and n > rate
 local over_u = not over_c and shopper and u > ARGV[4] + 0
-if over_c or over_u or (ip and i > ARGV[6] + 0) then
-  if over_c or not (shopper or ip) then
-    call('HSET', second, 'c', n)
-  elseif over_u or not ip then
-    call('HSET', second, 'c', n, ARGV[5], u)
-  elseif shopper then
-    call('HSET', second, 'c', n, ARGV[5], u, ARGV[7], i)
-  else
-    call('HSET', second, 'c', n, ARGV[7], i)
-  end
-  if n == 1 then
-    call('PEXPIRE', second, ARGV[8])
-  end
-  return '-2::0'
-end
+local limited = over_c or over_u or (ip and i > ARGV[6] + 0)
 
-local code = '0'
-local ledger_id = ''
-local flags = '0'
-if not open then
-  code = now_ms < starts and '3' or now_ms >= ends and '4' or '5'
-elseif stock < 1 then
-  code = (call('HGET', users, user) or 0) + 0 >= limit and '1' or '2'
-elseif call('HINCRBY', users, user, 1) > limit then
-  call('HINCRBY', users, user, -1)  -- at the limit already: taken back in this same atomic step
-  code = '1'
+local answer, flags = '-2:', '0'  -- "<code>:<ledger id>", and the reply's flags
+-- What the one HSET below writes: the counters counted (a rate-limited claim's only up to the one over its
+-- limit) and one more field: the answer of a claim made without a key (its field "a:<token>"); a claim with a key
+-- keeps its answer under the key, and a rate-limited one has none: their HSET names "c" twice (the last counts)
+local with_u, with_i, field, value = shopper, ip, 'c', n
+if limited then
+  with_u, with_i = not over_c and shopper, not over_c and not over_u and ip
 else
-  call('DECR', KEYS[2])
-  if idem and ARGV[10] ~= '' then
-    ledger_id = call('XADD', KEYS[4], '*', 'u', user, 'k', ARGV[10])
+  local code, ledger_id = '0', ''
+  if not open then
+    code = now_ms < starts and '3' or now_ms >= ends and '4' or '5'
+  elseif stock < 1 then
+    code = (call('HGET', users, user) or 0) + 0 >= limit and '1' or '2'
+  elseif call('HINCRBY', users, user, 1) > limit then
+    call('HINCRBY', users, user, -1)  -- at the limit already: taken back in this same atomic step
+    code = '1'
   else
-    ledger_id = call('XADD', KEYS[4], '*', 'u', user)
+    call('DECR', KEYS[2])
+    if idem and ARGV[10] ~= '' then
+      ledger_id = call('XADD', KEYS[4], '*', 'u', user, 'k', ARGV[10])
+    else
+      ledger_id = call('XADD', KEYS[4], '*', 'u', user)
+    end
+    local drain = meta[6]
+    if not drain or now_ms >= drain + 0 then  -- no drain trigger pending: the caller sends one
+      call('HSET', KEYS[1], 'drain', math.floor(now_ms) + ARGV[9])
+      flags = '2'
+    end
   end
-  local drain = meta[6]
-  if not drain or now_ms >= drain + 0 then  -- no drain trigger pending: the caller sends one
-    call('HSET', KEYS[1], 'drain', math.floor(now_ms) + ARGV[9])
-    flags = '2'
+  answer = code .. ':' .. ledger_id
+  if idem then
+    call('SET', idem, answer .. ':' .. ARGV[3], 'PX', ARGV[11])
+  else
+    field, value = ARGV[3], answer
   end
 end
-local answer = code .. ':' .. ledger_id
--- This second's counters, and the answer of a claim made without a key (its field "a:<token>"); a claim with a
--- key keeps its answer under the key, and its HSET names "c" twice instead (the last one counts)
-local field, value = ARGV[3], answer
-if idem then
-  call('SET', idem, answer .. ':' .. ARGV[3], 'PX', ARGV[11])
-  field, value = 'c', n
-end
-if shopper and ip then
+if with_u and with_i then
   call('HSET', second, 'c', n, ARGV[5], u, ARGV[7], i, field, value)
-elseif shopper then
+elseif with_u then
   call('HSET', second, 'c', n, ARGV[5], u, field, value)
-elseif ip then
+elseif with_i then
   call('HSET', second, 'c', n, ARGV[7], i, field, value)
 else
   call('HSET', second, 'c', n, field, value)

@@ -56,6 +56,20 @@ def start_server(name: str, checkout: Path, port: int, env: dict[str, str], work
     return proc
 
 
+def wrk_with_cpu(label: str, server: subprocess.Popen[bytes], url: str, *, connections: int, duration: float,
+                 script_args: list[str]) -> dict[str, Any]:
+    """wrk -t2 with the shared claim.lua, and the CPU the server's processes spent per request (from /proc: on a
+    shared host a steadier figure than requests/s, which moves with whatever else runs)."""
+    cpu_before = common.session_cpu(server.pid)
+    figures = common.run_wrk(label, url, threads=2, connections=connections, duration=duration, script=CLAIM_LUA,
+                             script_args=script_args)
+    if figures.get("requests"):
+        figures["server_cpu_us_per_request"] = round(
+            (common.session_cpu(server.pid) - cpu_before) / figures["requests"] * 1e6, 1)
+        log(f"{label}: {figures['server_cpu_us_per_request']} us of the server's CPU per request")
+    return figures
+
+
 def claim_once(port: int, campaign: int, user: str, token: str) -> str:
     import urllib.request
 
@@ -113,14 +127,16 @@ def main(argv: list[str] | None = None) -> int:
                                              prefix=f"{name[0]}{i:02d}x")
                 url = f"http://127.0.0.1:{ports[name]}"
                 skipped = {"requests_per_s": float("nan"), "p99_ms": None}
-                sell = skipped if args.only in ("sold_out", "fixed") else common.run_wrk(
-                    f"ab {name} selling r{i + 1}", url, threads=2, connections=args.connections,
-                    duration=args.duration, script=CLAIM_LUA, script_args=[str(selling), str(tokens)])
-                storm = skipped if args.only in ("selling", "fixed") else common.run_wrk(
-                    f"ab {name} sold-out r{i + 1}", url, threads=2, connections=args.connections,
-                    duration=args.duration, script=CLAIM_LUA, script_args=[str(sold_out), str(tokens)])
+                sell = skipped if args.only in ("sold_out", "fixed") else wrk_with_cpu(
+                    f"ab {name} selling r{i + 1}", servers[name], url, connections=args.connections,
+                    duration=args.duration, script_args=[str(selling), str(tokens)])
+                storm = skipped if args.only in ("selling", "fixed") else wrk_with_cpu(
+                    f"ab {name} sold-out r{i + 1}", servers[name], url, connections=args.connections,
+                    duration=args.duration, script_args=[str(sold_out), str(tokens)])
                 row[name] = {"selling": sell["requests_per_s"], "selling_p99_ms": sell.get("p99_ms"),
-                             "sold_out": storm["requests_per_s"], "sold_out_p99_ms": storm.get("p99_ms")}
+                             "selling_cpu_us": sell.get("server_cpu_us_per_request"),
+                             "sold_out": storm["requests_per_s"], "sold_out_p99_ms": storm.get("p99_ms"),
+                             "sold_out_cpu_us": storm.get("server_cpu_us_per_request")}
                 offset = 0
                 for rate in fixed_rates:  # the same token file, later shoppers: every claim a fresh shopper
                     assert loadgen is not None
@@ -132,6 +148,9 @@ def main(argv: list[str] | None = None) -> int:
                     row[name][f"fixed_{rate}"] = suite.run_summary(run)
             row["ratio_selling"] = round(row["new"]["selling"] / row["old"]["selling"], 3)
             row["ratio_sold_out"] = round(row["new"]["sold_out"] / row["old"]["sold_out"], 3)
+            for load in ("selling", "sold_out"):
+                if row["old"][f"{load}_cpu_us"] and row["new"][f"{load}_cpu_us"]:
+                    row[f"cpu_ratio_{load}"] = round(row["new"][f"{load}_cpu_us"] / row["old"][f"{load}_cpu_us"], 3)
             rounds.append(row)
             for rate in fixed_rates:
                 old, new = row["old"][f"fixed_{rate}"], row["new"][f"fixed_{rate}"]
@@ -151,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
                 for rate in fixed_rates for side in sides},
             "median_ratio_selling": statistics.median(r["ratio_selling"] for r in rounds),
             "median_ratio_sold_out": statistics.median(r["ratio_sold_out"] for r in rounds),
+            **{f"median_cpu_ratio_{load}": statistics.median(r[f"cpu_ratio_{load}"] for r in rounds)
+               for load in ("selling", "sold_out") if all(f"cpu_ratio_{load}" in r for r in rounds)},
         }
         RESULTS_DIR.mkdir(parents=True, exist_ok=True)
         out = RESULTS_DIR / f"ab-{datetime.now(UTC):%Y%m%d-%H%M%S}.json"
@@ -165,6 +186,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"fixed {rate:,}/s p99 ms by round: old " + ", ".join(
                 str(r["old"][f"fixed_{rate}"]["p99_ms_from_intent"]) for r in rounds) + "; new " + ", ".join(
                 str(r["new"][f"fixed_{rate}"]["p99_ms_from_intent"]) for r in rounds))
+        for load in ("selling", "sold_out"):
+            if f"median_cpu_ratio_{load}" in report:
+                print(f"server CPU us per request, {load}: old " + ", ".join(
+                    str(r["old"][f"{load}_cpu_us"]) for r in rounds) + "; new " + ", ".join(
+                    str(r["new"][f"{load}_cpu_us"]) for r in rounds) + f"; median new/old "
+                    f"{report[f'median_cpu_ratio_{load}']}")
         print(f"median new/old: selling {report['median_ratio_selling']}, sold-out {report['median_ratio_sold_out']}"
               f" ({out})")
         return 0

@@ -37,7 +37,7 @@ from .carts import cart_validate
 from .idempotency import Answer, run_idempotent
 from .metrics import USES
 from .models import Coupon, CouponStatus
-from .outcomes import REFUSALS, UseCode, refused
+from .outcomes import REFUSALS, UseCode, UseOutcome, refused
 from .selectors import coupons_of_user
 from .services import (
     HOLD_SECONDS_DEFAULT,
@@ -475,6 +475,15 @@ class CouponUseApi(ShopperApi):
         USES.labels(self.operation, outcome if isinstance(outcome, str) else str(response.status_code)).inc()
         return response
 
+    def use(self, code: str, key: str | None, payload: dict[str, Any], run: Callable[[str], UseOutcome]) -> Response:
+        """The use `run(canonical code)` of the coupon the shopper typed as `code`, under the request's
+        Idempotency-Key (`payload`: what a repeat of the key must match) and the shopper's miss limit."""
+        canonical, endpoint = coupon_endpoint(code, self.operation, self.user_id, self.ip)
+        return answer_response(run_idempotent(
+            user_id=self.user_id, endpoint=endpoint, key=key, payload=payload,
+            execute=guarded_by_misses(self.user_id, ip=self.ip, execute=lambda: Answer(200, run(canonical).body())),
+        ))
+
 
 class CouponRedeemApi(CouponUseApi):
     """POST /api/v1/coupons/{code}/redeem: use the coupon for an order in one step."""
@@ -503,12 +512,8 @@ class CouponRedeemApi(CouponUseApi):
     def post(self, request: Request, code: str) -> Response:
         key = idempotency_key(request._request, required=True)
         order = order_of(self.validated(self.InputSerializer))
-        canonical, endpoint = coupon_endpoint(code, "redeem", self.user_id, self.ip)
-        return answer_response(run_idempotent(
-            user_id=self.user_id, endpoint=endpoint, key=key, payload=order.fingerprint_payload(),
-            execute=guarded_by_misses(self.user_id, ip=self.ip, execute=lambda: Answer(
-                200, coupon_redeem(user_id=self.user_id, code=canonical, order=order).body())),
-        ))
+        return self.use(code, key, order.fingerprint_payload(),
+                        lambda canonical: coupon_redeem(user_id=self.user_id, code=canonical, order=order))
 
 
 class CouponReserveApi(CouponUseApi):
@@ -546,13 +551,9 @@ class CouponReserveApi(CouponUseApi):
         key = idempotency_key(request._request, required=True)
         data = self.validated(self.InputSerializer)
         order, hold_seconds = order_of(data), data["hold_seconds"]
-        canonical, endpoint = coupon_endpoint(code, "reserve", self.user_id, self.ip)
-        return answer_response(run_idempotent(
-            user_id=self.user_id, endpoint=endpoint, key=key,
-            payload={**order.fingerprint_payload(), "hold": hold_seconds},
-            execute=guarded_by_misses(self.user_id, ip=self.ip, execute=lambda: Answer(200, coupon_reserve(
-                user_id=self.user_id, code=canonical, order=order, hold_seconds=hold_seconds).body())),
-        ))
+        return self.use(code, key, {**order.fingerprint_payload(), "hold": hold_seconds},
+                        lambda canonical: coupon_reserve(user_id=self.user_id, code=canonical, order=order,
+                                                         hold_seconds=hold_seconds))
 
 
 class CouponConfirmApi(CouponUseApi):
@@ -583,12 +584,8 @@ class CouponConfirmApi(CouponUseApi):
     def post(self, request: Request, code: str) -> Response:
         key = idempotency_key(request._request)
         order_id = self.validated(self.InputSerializer)["order_id"]
-        canonical, endpoint = coupon_endpoint(code, "confirm", self.user_id, self.ip)
-        return answer_response(run_idempotent(
-            user_id=self.user_id, endpoint=endpoint, key=key, payload={"order_id": order_id},
-            execute=guarded_by_misses(self.user_id, ip=self.ip, execute=lambda: Answer(
-                200, coupon_confirm(user_id=self.user_id, code=canonical, order_id=order_id).body())),
-        ))
+        return self.use(code, key, {"order_id": order_id},
+                        lambda canonical: coupon_confirm(user_id=self.user_id, code=canonical, order_id=order_id))
 
 
 class CouponReleaseApi(CouponUseApi):
@@ -617,12 +614,8 @@ class CouponReleaseApi(CouponUseApi):
     def post(self, request: Request, code: str) -> Response:
         key = idempotency_key(request._request)
         order_id = self.validated(self.InputSerializer)["order_id"]
-        canonical, endpoint = coupon_endpoint(code, "release", self.user_id, self.ip)
-        return answer_response(run_idempotent(
-            user_id=self.user_id, endpoint=endpoint, key=key, payload={"order_id": order_id},
-            execute=guarded_by_misses(self.user_id, ip=self.ip, execute=lambda: Answer(
-                200, coupon_release(user_id=self.user_id, code=canonical, order_id=order_id).body())),
-        ))
+        return self.use(code, key, {"order_id": order_id},
+                        lambda canonical: coupon_release(user_id=self.user_id, code=canonical, order_id=order_id))
 
 
 # --- carts --------------------------------------------------------------------------------------------------

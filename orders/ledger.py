@@ -160,6 +160,11 @@ def trim(campaign_id: int, *, retention_ms: int, now_ms: int) -> int:
                for bucket in range(bucket_counts([campaign_id])[campaign_id]))
 
 
+def _drain_group(groups: Any) -> dict[str, Any] | None:
+    """The drain's consumer group among a ledger's XINFO GROUPS reply (None when it has none)."""
+    return next((g for g in groups if _decode(g["name"]) == DRAIN_GROUP), None)
+
+
 def trim_bucket(campaign_id: int, *, retention_ms: int, now_ms: int, bucket: int = 0) -> int:
     """Delete acknowledged entries older than the retention; return how many went.
 
@@ -169,8 +174,7 @@ def trim_bucket(campaign_id: int, *, retention_ms: int, now_ms: int, bucket: int
     keys = campaign_keys(campaign_id, bucket)
     try:
         client = redis_client()
-        groups: Any = client.xinfo_groups(keys.ledger)
-        group = next((g for g in groups if _decode(g["name"]) == DRAIN_GROUP), None)
+        group = _drain_group(client.xinfo_groups(keys.ledger))
         if group is None:
             return 0
         cut = (now_ms - retention_ms, 0)
@@ -298,8 +302,7 @@ def backlog_sizes(campaign_ids: list[int]) -> dict[int, int]:
         size: int | None = 0
         for _ in range(counts[campaign_id]):  # of a campaign split into buckets: the sum of its ledgers'
             groups = next(replies)
-            group = None if isinstance(groups, Exception) else next(
-                (g for g in groups if _decode(g["name"]) == DRAIN_GROUP), None)
+            group = None if isinstance(groups, Exception) else _drain_group(groups)
             if group is None:
                 size = None  # a bucket without its ledger: the campaign is left out, as one without its own
             elif size is not None:
@@ -322,8 +325,7 @@ def _oldest_of_bucket(campaign_id: int, bucket: int) -> int | None:
     keys = campaign_keys(campaign_id, bucket)
     try:
         client = redis_client()
-        groups: Any = client.xinfo_groups(keys.ledger)
-        group = next((g for g in groups if _decode(g["name"]) == DRAIN_GROUP), None)
+        group = _drain_group(client.xinfo_groups(keys.ledger))
         if group is None:
             return None
         pending: Any = client.xpending(keys.ledger, DRAIN_GROUP)

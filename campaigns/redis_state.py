@@ -1180,6 +1180,28 @@ def run_code_take(*, campaign_id: int, user_id: str, member: str) -> TakeCode:
         raise StoreUnavailable(str(exc)) from exc
 
 
+def code_uses_of(campaign_ids: list[int], user_id: str) -> dict[int, tuple[int | None, int]]:
+    """For each codes campaign: (its shared code's uses left, None when Redis holds no state; this shopper's
+    uses), read in one pipelined round trip; what code_take.lua would judge, nothing changed. Raise
+    StoreUnavailable."""
+    if not campaign_ids:
+        return {}
+    try:
+        pipe = redis_client().pipeline(transaction=False)
+        for campaign_id in campaign_ids:
+            keys = campaign_keys(campaign_id)
+            pipe.get(keys.uses)
+            pipe.hget(keys.users, user_id)
+        replies = iter(pipe.execute())
+    except redis.RedisError as exc:
+        raise StoreUnavailable(str(exc)) from exc
+    uses: dict[int, tuple[int | None, int]] = {}
+    for campaign_id in campaign_ids:
+        left, held = next(replies), next(replies)
+        uses[campaign_id] = (None if left is None else int(left), int(held or 0))
+    return uses
+
+
 def run_code_give_back(*, campaign_id: int, user_id: str, member: str) -> RestockResult:
     """Give the use `member` back to the shared code, once (code_give_back.lua). Raise StoreUnavailable."""
     keys = campaign_keys(campaign_id)

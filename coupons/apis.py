@@ -92,6 +92,15 @@ class CouponPagination(PageNumberPagination):
             raise BadRequest(f"page_size is a whole number from 1 to {self.max_page_size}.")
         return int(raw)
 
+    def get_page_number(self, request: Any, paginator: Any) -> Any:
+        """A page is a whole number from 1 (or "last"): anything else is a 400 (a page past the last is DRF's
+        404)."""
+        raw = request.query_params.get(self.page_query_param)
+        if raw is not None and raw not in self.last_page_strings and not (
+                raw.isascii() and raw.isdigit() and raw.strip("0")):
+            raise BadRequest("page is a whole number from 1.")
+        return super().get_page_number(request, paginator)
+
     def get_schema_operation_parameters(self, view: Any) -> list[dict[str, Any]]:
         """page and page_size as get_page_size() and the paginator read them."""
         limits = {self.page_query_param: {"minimum": 1},

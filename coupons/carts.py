@@ -2,8 +2,10 @@
 
 Read-only (nothing reserved, counted or settled) and a fixed number of queries whatever the shopper holds: one
 for the shopper's usable coupons and the codes given that are the shopper's own, one for the typed shared codes,
-one for the typed unique codes, and one for the new-shopper audience when a candidate has it. Every amount is
-campaigns.pricing's (validate_cart): nothing here computes a discount.
+one for the typed unique codes, and one for the new-shopper audience when a candidate has it; one Redis round
+trip for the typed shared codes' uses left and the shopper's uses of them (a code the shopper may no longer use
+is refused as reserve would refuse it). Every amount is campaigns.pricing's (validate_cart): nothing here
+computes a discount.
 """
 from __future__ import annotations
 
@@ -15,9 +17,10 @@ from typing import Any
 from django.db.models import Q
 from django.utils import timezone
 
-from campaigns import pricing
+from campaigns import pricing, redis_state
 from campaigns.models import Audience, Campaign, CampaignKind, CampaignState, shared_code_form
 from campaigns.money import money_text
+from core.errors import Unavailable
 
 from .models import Coupon, CouponStatus, UniqueCode
 from .outcomes import REFUSALS, UseCode
@@ -57,6 +60,23 @@ def _own_refusal(coupon: Coupon, cart: pricing.Cart, now: datetime) -> str | Non
     return None
 
 
+def _used_up_shared_codes(shared: dict[str | None, Campaign], user_id: str) -> dict[str | None, str]:
+    """The typed shared codes a reserve would refuse before pricing them, by what code_take.lua judges: the
+    shopper at the per-user limit (limit_reached, judged first, as there), or no use left (sold_out)."""
+    try:
+        uses = redis_state.code_uses_of([campaign.pk for campaign in shared.values()], user_id)
+    except redis_state.StoreUnavailable as exc:
+        raise Unavailable() from exc
+    refusals: dict[str | None, str] = {}
+    for code, campaign in shared.items():
+        left, held = uses[campaign.pk]
+        if held >= campaign.per_user_limit:
+            refusals[code] = REFUSALS[UseCode.LIMIT_REACHED][0]
+        elif left is not None and left < 1:  # no state: the first reserve loads it (and then judges)
+            refusals[code] = REFUSALS[UseCode.SOLD_OUT][0]
+    return refusals
+
+
 def cart_validate(*, user_id: str, cart: pricing.Cart, codes: list[str]) -> CartAnswer:
     """Price, for `cart`, each of the shopper's usable coupons (active, valid now, in the cart's currency) and
     each code given (the shopper's own coupon, a live shared code, a unique code nobody holds yet; else
@@ -82,6 +102,7 @@ def cart_validate(*, user_id: str, cart: pricing.Cart, codes: list[str]) -> Cart
                                                              starts_at__lte=now, ends_at__gt=now, paused=False)
                          if shared_wanted else [])
     }
+    used_up = _used_up_shared_codes(shared, user_id)
     unique_wanted = {c: canonical_unique_code(c) or c for c in wanted if c not in own and c not in shared}
     unique = {
         row.code: row.campaign
@@ -111,7 +132,7 @@ def cart_validate(*, user_id: str, cart: pricing.Cart, codes: list[str]) -> Cart
             coupon = own[code]
             add(code, _own_refusal(coupon, cart, now) or coupon.campaign)
         elif code in shared:
-            add(code, shared[code])
+            add(code, used_up.get(code) or shared[code])
         elif unique_wanted.get(code) in unique:
             add(unique_wanted[code], unique[unique_wanted[code]])
         else:

@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from campaigns import pricing, redis_state
 from campaigns.errors import CampaignStateLost
-from campaigns.models import Audience, Campaign, CampaignState, shared_code_form
+from campaigns.models import Audience, Campaign, CampaignKind, CampaignState, shared_code_form
 from campaigns.services import campaign_preheat, live_campaign_of_code
 from core.db import prepared_cursor
 from core.errors import ApplicationError, NotFound, Unavailable
@@ -505,6 +505,7 @@ def _code_used(code: str, user_id: str, order_id: str, decide: Decide, *, new_us
     (a) the shopper's own coupon with that code (claimed, or a unique code the shopper holds);
     (b) a shared code of a live codes campaign: the shopper's coupon for this order's use of it, created
         (its use taken) by a reserve or redeem (`new_use`); `absent` answers a confirm or release without one;
+        a confirm or release also finds the order's use in a campaign paused or ended since (_campaign_of_use);
     (c) a unique code nobody holds yet, of a live codes campaign: bound to this shopper by a reserve or redeem.
     Anything else, another shopper's unique code and a code of a campaign not live, is NotFound.
     A reserve or redeem of a live shared code tries _first_shared_use first (the order's first use of it)."""
@@ -525,12 +526,28 @@ def _code_used(code: str, user_id: str, order_id: str, decide: Decide, *, new_us
     now = timezone.now()
     if shared is not None:
         campaign = live_campaign_of_code(shared, at=now)
+        if campaign is None and new_use is None:
+            campaign = _campaign_of_use(shared, user_id, order_id)
         if campaign is not None:
             return _shared_use(campaign, user_id, order_id, decide, new_use=new_use, absent=absent, source=source)
     unique = unique_code_lookup(code)
     if unique is not None and new_use is not None:
         return _unique_use(unique, user_id, decide, new_use=new_use, source=source)
     raise NotFound("No such coupon.")
+
+
+def _campaign_of_use(shared: str, user_id: str, order_id: str) -> Campaign | None:
+    """The codes campaign, no longer live (paused or ended since), in which this shopper used the shared code
+    for this order: a confirm or release still finds that use (a checkout begun is finished; a new use of the
+    code is the 404 of a code not live). Of the last campaigns that had the code, the newest with such a use."""
+    for campaign in Campaign.objects.filter(kind=CampaignKind.CODES, code=shared).order_by("-pk")[:_CODE_REUSES]:
+        if Coupon.objects.filter(user_id=user_id, campaign=campaign,
+                                 claim_id__startswith=_use_prefix(campaign.pk, user_id, order_id)).exists():
+            return campaign
+    return None
+
+
+_CODE_REUSES = 20  # the campaigns a shared code's confirm or release looks through (a code is reused rarely)
 
 
 def _use_prefix(campaign_id: int, user_id: str, order_id: str) -> str:

@@ -118,6 +118,19 @@ def test_an_unknown_url_is_a_json_404(client, path) -> None:
     assert response.json() == {"code": 404, "status": "not_found", "detail": "Not found."}
 
 
+@override_settings(DEBUG=True)  # the run command's settings: Django's own 404 there is an HTML page of patterns
+@pytest.mark.parametrize(("method", "path"), [("get", "/api/v1/nope"), ("post", "/api/v1/campaigns/1/claim/"),
+                                              ("post", "/api/v1/coupons/SAVE%2F50/redeem"), ("get", "/api/v2/x")])
+def test_an_unknown_api_url_is_the_json_404_with_debug_on_too(client, method, path) -> None:
+    # when
+    response = getattr(client, method)(path)
+
+    # then
+    assert response.status_code == 404
+    assert response["Content-Type"] == "application/json"
+    assert response.json() == {"code": 404, "status": "not_found", "detail": "Not found."}
+
+
 def test_openapi_schema_validates_without_a_single_warning(tmp_path) -> None:
     from django.core.management import call_command
 

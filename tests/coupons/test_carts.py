@@ -147,6 +147,28 @@ def test_validate_prices_a_typed_shared_code_and_a_campaign_in_another_currency_
     assert answer["best"]["codes"] == ["SAVE50"] and yen.code not in json.dumps(answer)
 
 
+def test_validate_refuses_a_shared_code_the_shopper_used_up_or_nobody_may_use_any_more(client, live_campaign) -> None:
+    # given: a code one shopper may use once, two uses in all; alice uses it
+    live_campaign(kind="codes", code="ONCE-ONLY", total_stock=2, per_user_limit=1, **RULE)
+    assert use(client, "ONCE-ONLY", "redeem", order_id="A-1").json()["status"] == "redeemed"
+
+    # when / then: alice is at her limit, bob may still use it (and validate takes nothing)
+    for _ in range(2):
+        assert entry(validate(client, codes=["once-only"]), "ONCE-ONLY")["status"] == "limit_reached"
+        assert entry(validate(client, codes=["ONCE-ONLY"], user="bob"), "ONCE-ONLY")["status"] == "ok"
+
+    # when carol takes the last use: dave gets sold_out, kept out of best, as his reserve would answer
+    body = {"order_id": "C-1", "currency": "CNY", "lines": CART}
+    assert post(client, "coupons/ONCE-ONLY/redeem", body, "carol", key="c1").json()["status"] == "redeemed"
+    answer = validate(client, codes=["ONCE-ONLY"], user="dave")
+    assert entry(answer, "ONCE-ONLY") == {"code": "ONCE-ONLY", "applicable": False, "status": "sold_out",
+                                          "discount": "0.00", "lines": []}
+    assert answer["best"] == {"codes": [], "discount": "0.00", "payable": "300.00"}
+    body["order_id"] = "D-1"
+    assert post(client, "coupons/ONCE-ONLY/reserve", body, "dave", key="d1").json()["status"] == "sold_out"
+    assert entry(validate(client, codes=["ONCE-ONLY"]), "ONCE-ONLY")["status"] == "limit_reached"
+
+
 def test_validate_counts_unknown_codes_against_the_shopper(client, live_campaign, settings) -> None:
     # given: 5 unknown codes a minute at most
     settings.COUPONS_CODE_MISSES_PER_MINUTE = 5

@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 from django.test import override_settings
+from django.utils import timezone
 
 from campaigns.models import Campaign
 from campaigns.redis_state import campaign_keys, redis_client, reset_redis_client
-from campaigns.services import campaign_pause, campaign_preheat
+from campaigns.services import campaign_pause, campaign_preheat, forget_live_codes
 from core.errors import NotFound, Unavailable
 from coupons import services
 from coupons.models import Coupon, CouponEvent, CouponStatus
@@ -247,6 +248,32 @@ def test_an_unknown_code_and_a_code_of_a_campaign_not_live_are_the_same_404(clie
                                                                "currency": "CNY"}, content_type="application/json",
                           **shopper_headers("ann", HTTP_IDEMPOTENCY_KEY="k2"))
     assert answer.status_code == unknown.status_code == 404 and answer.json() == unknown.json()
+
+
+@pytest.mark.parametrize("then", ["paused", "ended"])
+def test_a_checkout_begun_with_a_shared_code_is_finished_after_its_campaign_is_paused_or_ended(
+        shared_code, then) -> None:
+    # given: ann holds the code for o-1, bob redeemed it for o-2; then the campaign is paused, or it ends
+    campaign = shared_code(total_stock=10)
+    assert coupon_reserve(user_id="ann", code="SAVE50", order=order("o-1")).status == "reserved"
+    assert coupon_redeem(user_id="bob", code="SAVE50", order=order("o-2")).status == "redeemed"
+    if then == "paused":
+        campaign_pause(campaign=campaign)
+    else:
+        Campaign.objects.filter(pk=campaign.pk).update(ends_at=timezone.now())
+        forget_live_codes()
+
+    # when / then: a new use is the 404 of a code not live; the uses made find their coupons
+    with pytest.raises(NotFound):
+        coupon_reserve(user_id="carl", code="SAVE50", order=order("o-3"))
+    with pytest.raises(NotFound):
+        coupon_confirm(user_id="dan", code="SAVE50", order_id="o-4")  # no use of it for that order
+    confirmed = coupon_confirm(user_id="ann", code="save50", order_id="o-1")
+    assert confirmed.body() == {"code": 0, "status": "redeemed", "discount": "50.00", "payable": "300.00"}
+    assert coupon_release(user_id="bob", code="SAVE50", order_id="o-2").extra["coupon_status"] == "revoked"
+    assert coupon_release(user_id="bob", code="SAVE50", order_id="o-2").extra["coupon_status"] == "revoked"
+    assert uses_left(campaign) == 9  # bob's use given back, once
+    assert_balanced(campaign)
 
 
 @override_settings(COUPONS_CODE_MISSES_PER_MINUTE=100, COUPONS_CODE_MISSES_PER_IP_PER_MINUTE=3)

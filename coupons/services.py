@@ -16,7 +16,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
-from django.db.models import F, Q
+from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
 from campaigns import pricing, redis_state
@@ -556,6 +556,14 @@ def _use_prefix(campaign_id: int, user_id: str, order_id: str) -> str:
     return f"{SHARED_USE}{campaign_id}:{digest}:"
 
 
+def held_uses(campaign: Campaign) -> QuerySet[Coupon]:
+    """A codes campaign's uses that hold a unit of its stock (code_take.lua's takes): the coupons of its shared
+    code's uses and of its unique codes, not revoked."""
+    return (Coupon.objects.filter(campaign=campaign)
+            .filter(Q(claim_id__startswith=SHARED_USE) | Q(claim_id__startswith=UNIQUE_USE))
+            .exclude(status=CouponStatus.REVOKED))
+
+
 def is_shared_use(coupon: Coupon) -> bool:
     return coupon.claim_id.startswith(SHARED_USE)
 
@@ -787,16 +795,20 @@ def _give_back_after_failure(taken: Coupon | None) -> None:
 
 
 def code_uses_give_back_orphans(campaign: Campaign, members: list[str]) -> int:
-    """Give back the uses of a shared code taken in Redis whose coupon PostgreSQL does not hold, each checked
-    under its use's lock (so no request of that use is running): requests that died between their take and
-    their coupon (reconciliation). Return how many were given back. Raise Unavailable."""
+    """Give back the uses (of a shared code or a unique code) taken in Redis whose coupon PostgreSQL does not
+    hold, each checked under its use's lock (so no request of that use is running): requests that died
+    between their take and their commit (reconciliation). Return how many were given back. Raise Unavailable."""
     given = 0
     for member in members:
         claim_id, _, user_id = member.rpartition("/")
-        if not claim_id.startswith(f"{SHARED_USE}{campaign.pk}:"):
+        if claim_id.startswith(f"{SHARED_USE}{campaign.pk}:"):
+            lock = claim_id.rpartition(":")[0] + ":"  # the use's (_shared_use)
+        elif claim_id.startswith(UNIQUE_USE):
+            lock = f"u:{campaign.pk}:{user_id}"  # the shopper's unique codes of the campaign (_unique_use)
+        else:
             continue
         with transaction.atomic():
-            _lock(claim_id.rpartition(":")[0] + ":")
+            _lock(lock)
             if Coupon.objects.filter(claim_id=claim_id).exists():
                 continue
             try:
@@ -813,12 +825,15 @@ def _unique_use(code: str, user_id: str, decide: Decide, *, new_use: Order, sour
     The coupon's code is the unique code (unique in PostgreSQL: of shoppers typing it at once, one insert
     wins, the others wait for it and fail), and the code row is bound by a conditional UPDATE (holder_id IS
     NULL). A shopper's unique codes of a campaign are counted against its per-user limit under a transaction
-    lock of (campaign, shopper)."""
+    lock of (campaign, shopper), and the use is taken from the campaign's stock in Redis (code_take.lua, as a
+    shared code's: the stock is the campaign's uses in all), last before the commit; a failed commit gives it
+    back."""
     row = UniqueCode.objects.select_related("campaign").filter(code=code).first()
     now = timezone.now()
     if row is None or row.holder_id is not None or row.campaign.state_at(now) != CampaignState.LIVE:
         raise NotFound("No such coupon.")
     campaign = row.campaign
+    taken: Coupon | None = None
     try:
         with transaction.atomic():
             _lock(f"u:{campaign.pk}:{user_id}")
@@ -840,13 +855,21 @@ def _unique_use(code: str, user_id: str, decide: Decide, *, new_use: Order, sour
             outcome = decide(coupon, now)
             if outcome is None or outcome.code != 0:
                 raise _Undone(outcome)
+            refusal = _take(campaign, coupon)  # the campaign's stock: its uses in all, shared code or unique
+            if refusal is not None:
+                raise _Undone(refusal)
+            taken = coupon
             return outcome
     except _Undone as undone:
         if undone.outcome is None:
             raise Contention() from None
         return undone.outcome
     except IntegrityError:
-        pass  # another request bound it first: if it was this shopper's, the code is now theirs (path a)
+        _give_back_after_failure(taken)
+        # another request bound it first: if it was this shopper's, the code is now theirs (path a)
+    except BaseException:
+        _give_back_after_failure(taken)
+        raise
     if Coupon.objects.filter(code=row.code, user_id=user_id).exists():
         return _retrying(lambda: coupon_owned_by(code=row.code, user_id=user_id), decide)
     raise NotFound("No such coupon.")

@@ -17,8 +17,7 @@ from campaigns.models import Campaign
 from campaigns.rebuild import ClaimRecords, RepairBusy, campaign_repair_lock, campaign_state_rebuild
 from campaigns.redis_state import split_ref
 from campaigns.services import campaign_preheat
-from coupons.models import Coupon, CouponStatus
-from coupons.services import SHARED_USE
+from coupons.services import held_uses
 
 from .drain import drain_campaign
 from .models import Claim, ClaimStatus
@@ -80,11 +79,10 @@ def _claim_records(campaign: Campaign, bucket: int | None = None) -> ClaimRecord
 
 
 def _use_records(campaign: Campaign) -> ClaimRecords:
-    """A codes campaign's uses of its shared code that hold a unit (their coupons not revoked): per shopper, and
+    """A codes campaign's uses that hold a unit (coupons.services.held_uses): per shopper, and
     the members of the takes. A use whose request died between its take and its coupon is not among them: the
     rebuilt Redis has that unit back."""
-    live = list(Coupon.objects.filter(campaign=campaign, claim_id__startswith=SHARED_USE)
-                .exclude(status=CouponStatus.REVOKED).values_list("claim_id", "user_id"))
+    live = list(held_uses(campaign).values_list("claim_id", "user_id"))
     counts: dict[str, int] = {}
     for _, user_id in live:
         counts[user_id] = counts.get(user_id, 0) + 1

@@ -12,8 +12,8 @@ from django.utils import timezone
 
 from campaigns import redis_state
 from campaigns.models import Campaign
-from coupons.models import Coupon, CouponEvent, CouponStatus
-from coupons.services import SHARED_USE
+from coupons.models import Coupon, CouponEvent
+from coupons.services import held_uses
 
 from . import ledger
 from .models import Claim, ClaimStatus, ParkedLedgerEntry, ParkedState
@@ -232,19 +232,18 @@ def _bucket_verify(campaign: Campaign, snap: ledger.LedgerSnapshot) -> Balance:
 
 def codes_verify(*, campaign: Campaign) -> Balance:
     """A codes campaign's balance: total == uses left + uses taken (Redis, one cut), and the uses taken are
-    the coupons of its shared code's uses that are not revoked (PostgreSQL).
+    the coupons of its uses, of its shared code or its unique codes, that are not revoked (PostgreSQL).
 
     In the Balance's terms: persisted_claims are the uses PostgreSQL holds a coupon for, ledger_only_claims the
     uses taken in Redis without a coupon yet (in flight, or a request that died between the two: reconciliation
     gives those back), restocked the coupons whose use Redis no longer holds (a problem: a release whose commit
     failed after its give-back). Coupons written after the cut are left out (a use writes its coupon after its
-    take), so the figures are exact under load. Unique codes take nothing in Redis: their uses left stay whole.
+    take), so the figures are exact under load.
     """
     cut = timezone.now()
     left, takes, users = redis_state.codes_snapshot(campaign.pk)
     coupons = Coupon.objects.filter(campaign=campaign)
-    live = (coupons.filter(claim_id__startswith=SHARED_USE, created_at__lte=cut).exclude(status=CouponStatus.REVOKED)
-            .values_list("claim_id", "user_id"))
+    live = held_uses(campaign).filter(created_at__lte=cut).values_list("claim_id", "user_id")
     in_postgres = {f"{claim_id}/{user_id}" for claim_id, user_id in live}
     only_redis, given_back = takes - in_postgres, in_postgres - takes
     expected = Counter(member.rpartition("/")[2] for member in takes)

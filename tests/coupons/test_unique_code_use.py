@@ -9,12 +9,16 @@ from typing import Any
 import pytest
 
 from campaigns.models import Campaign
+from campaigns.redis_state import campaign_keys, redis_client, remaining_many, run_code_take
 from campaigns.services import campaign_preheat
 from core.errors import NotFound
 from coupons.models import CodeBatch, Coupon, CouponStatus, UniqueCode
 from coupons.outcomes import UseOutcome
 from coupons.services import Order, coupon_redeem, coupon_release, coupon_reserve
 from coupons.unique_codes import unique_code
+from orders.rebuild import campaign_rebuild
+from orders.reconciliation import campaign_reconcile
+from orders.verify import campaign_verify
 
 from ..factories import CampaignFactory
 from .helpers import assert_rows_agree_with_events
@@ -98,6 +102,48 @@ def test_one_shopper_typing_many_unique_codes_at_once_holds_no_more_than_the_lim
 
     assert Counter(r.status for r in results) == {"redeemed": 2, "limit_reached": 8}
     assert UniqueCode.objects.filter(campaign=campaign, holder_id="ann").count() == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_campaigns_stock_caps_its_unique_codes_uses_however_many_codes_it_has(unique_codes_campaign) -> None:
+    # given: twelve codes, a stock of ten uses
+    campaign = unique_codes_campaign(total_stock=10)
+    codes = codes_of(campaign, *range(50, 62))
+
+    # when: twelve shoppers use them at once
+    results = all_at_once([lambda c=c, i=i: coupon_redeem(user_id=f"s-{i}", code=c, order=order(f"o-{i}"))
+                           for i, c in enumerate(codes)])
+
+    # then: ten uses, two sold_out holding nothing; the live remaining says so, and the balance holds
+    assert Counter(r.status for r in results) == {"redeemed": 10, "sold_out": 2}
+    assert UniqueCode.objects.filter(campaign=campaign, holder_id__isnull=False).count() == 10
+    assert Coupon.objects.filter(campaign=campaign).count() == 10
+    assert remaining_many([campaign.pk], codes={campaign.pk}) == {campaign.pk: 0}
+    balance = campaign_verify(campaign=campaign)
+    assert balance.balanced and (balance.remaining, balance.persisted_claims) == (0, 10), balance
+    # a rebuilt Redis holds the same uses
+    redis_client().delete(*campaign_keys(campaign.pk).state_of(codes=True))
+    campaign_rebuild(campaign=campaign)
+    assert campaign_verify(campaign=campaign).balanced
+    assert remaining_many([campaign.pk], codes={campaign.pk}) == {campaign.pk: 0}
+
+
+def test_a_unique_codes_use_taken_whose_commit_never_came_is_given_back_by_reconciliation(
+        unique_codes_campaign) -> None:
+    # given: ann's use committed; bob's request took its unit and died before its commit
+    campaign = unique_codes_campaign(total_stock=10)
+    first, second = codes_of(campaign, 70, 71)
+    assert coupon_redeem(user_id="ann", code=first, order=order("o-1")).status == "redeemed"
+    row = UniqueCode.objects.get(code=second)
+    run_code_take(campaign_id=campaign.pk, user_id="bob", member=f"unique:{row.pk}/bob")
+    assert campaign_verify(campaign=campaign).ledger_only_claims == 1
+
+    # when
+    record = campaign_reconcile(campaign=campaign, repair=True, source="test")
+
+    # then: bob's unit is back, ann's stays taken
+    assert record is not None and record.balanced and "gave back 1 uses" in record.repairs[0]
+    assert remaining_many([campaign.pk], codes={campaign.pk}) == {campaign.pk: 9}
 
 
 @pytest.mark.parametrize("case", ["bad mac", "paused", "not ours"])

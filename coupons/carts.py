@@ -3,8 +3,8 @@
 Read-only (nothing reserved, counted or settled) and a fixed number of queries whatever the shopper holds: one
 for the shopper's usable coupons and the codes given that are the shopper's own, one for the typed shared codes,
 one for the typed unique codes, and one for the new-shopper audience when a candidate has it; one Redis round
-trip for the typed shared codes' uses left and the shopper's uses of them (a code the shopper may no longer use
-is refused as reserve would refuse it). Every amount is campaigns.pricing's (validate_cart): nothing here
+trip for the typed codes' campaigns' uses left and the shopper's uses of them (a code the shopper may no longer
+use is refused as reserve would refuse it). Every amount is campaigns.pricing's (validate_cart): nothing here
 computes a discount.
 """
 from __future__ import annotations
@@ -60,15 +60,16 @@ def _own_refusal(coupon: Coupon, cart: pricing.Cart, now: datetime) -> str | Non
     return None
 
 
-def _used_up_shared_codes(shared: dict[str | None, Campaign], user_id: str) -> dict[str | None, str]:
-    """The typed shared codes a reserve would refuse before pricing them, by what code_take.lua judges: the
-    shopper at the per-user limit (limit_reached, judged first, as there), or no use left (sold_out)."""
+def _used_up_codes(typed: dict[str | None, Campaign], user_id: str) -> dict[str | None, str]:
+    """The typed shared and unique codes a reserve would refuse before pricing them, by what code_take.lua
+    judges: the shopper at the per-user limit (limit_reached, judged first, as there), or no use of the
+    campaign's stock left (sold_out)."""
     try:
-        uses = redis_state.code_uses_of([campaign.pk for campaign in shared.values()], user_id)
+        uses = redis_state.code_uses_of(sorted({campaign.pk for campaign in typed.values()}), user_id)
     except redis_state.StoreUnavailable as exc:
         raise Unavailable() from exc
     refusals: dict[str | None, str] = {}
-    for code, campaign in shared.items():
+    for code, campaign in typed.items():
         left, held = uses[campaign.pk]
         if held >= campaign.per_user_limit:
             refusals[code] = REFUSALS[UseCode.LIMIT_REACHED][0]
@@ -102,7 +103,6 @@ def cart_validate(*, user_id: str, cart: pricing.Cart, codes: list[str]) -> Cart
                                                              starts_at__lte=now, ends_at__gt=now, paused=False)
                          if shared_wanted else [])
     }
-    used_up = _used_up_shared_codes(shared, user_id)
     unique_wanted = {c: canonical_unique_code(c) or c for c in wanted if c not in own and c not in shared}
     unique = {
         row.code: row.campaign
@@ -111,6 +111,10 @@ def cart_validate(*, user_id: str, cart: pricing.Cart, codes: list[str]) -> Cart
                     if unique_wanted else [])
         if row.campaign.state_at(now) == CampaignState.LIVE
     }
+    typed_campaigns = dict(shared)
+    for unique_code, campaign in unique.items():
+        typed_campaigns[unique_code] = campaign
+    used_up = _used_up_codes(typed_campaigns, user_id)
 
     # Each entry: (code, campaign) priced, or (code, slug) refused before its rule is priced.
     entries: list[tuple[str, Campaign | str]] = []
@@ -134,7 +138,7 @@ def cart_validate(*, user_id: str, cart: pricing.Cart, codes: list[str]) -> Cart
         elif code in shared:
             add(code, used_up.get(code) or shared[code])
         elif unique_wanted.get(code) in unique:
-            add(unique_wanted[code], unique[unique_wanted[code]])
+            add(unique_wanted[code], used_up.get(unique_wanted[code]) or unique[unique_wanted[code]])
         else:
             add(code, NOT_FOUND)
             misses += 1

@@ -25,6 +25,7 @@ from coupons.outcomes import UseOutcome
 from coupons.services import Order, coupon_redeem, coupon_reserve
 from tests.conftest import shopper_headers
 
+from .code_helpers import codes_of
 from .helpers import assert_rows_agree_with_events, claimed_coupon, issued_coupon, row_of
 from .test_use_concurrency import all_at_once
 
@@ -167,6 +168,23 @@ def test_validate_refuses_a_shared_code_the_shopper_used_up_or_nobody_may_use_an
     body["order_id"] = "D-1"
     assert post(client, "coupons/ONCE-ONLY/reserve", body, "dave", key="d1").json()["status"] == "sold_out"
     assert entry(validate(client, codes=["ONCE-ONLY"]), "ONCE-ONLY")["status"] == "limit_reached"
+
+
+def test_validate_refuses_a_unique_code_of_a_campaign_whose_stock_is_used_up(client, live_campaign) -> None:
+    # given: three codes on a stock of two uses; bob and carol use two of them
+    campaign = live_campaign(kind="codes", code=None, total_stock=2, per_user_limit=1, **RULE)
+    first, second, third = codes_of(campaign, 80, 81, 82)
+    assert entry(validate(client, codes=[third], user="dave"), third)["status"] == "ok"
+    body = {"order_id": "B-1", "currency": "CNY", "lines": CART}
+    assert post(client, f"coupons/{first}/redeem", body, "bob", key="b1").json()["status"] == "redeemed"
+    assert post(client, f"coupons/{second}/redeem", body, "carol", key="c1").json()["status"] == "redeemed"
+
+    # when
+    answer = validate(client, codes=[third], user="dave")
+
+    # then: sold_out, as dave's redeem answers, and nothing in best
+    assert entry(answer, third)["status"] == "sold_out" and answer["best"]["codes"] == []
+    assert post(client, f"coupons/{third}/redeem", body, "dave", key="d1").json()["status"] == "sold_out"
 
 
 def test_validate_counts_unknown_codes_against_the_shopper(client, live_campaign, settings) -> None:

@@ -12,7 +12,7 @@ from campaigns.models import Campaign
 from campaigns.redis_state import campaign_keys, redis_client, remaining_many, run_code_take
 from campaigns.services import campaign_preheat
 from core.errors import NotFound
-from coupons.models import CodeBatch, Coupon, CouponStatus, UniqueCode
+from coupons.models import Coupon, CouponStatus, UniqueCode
 from coupons.outcomes import UseOutcome
 from coupons.services import Order, coupon_redeem, coupon_release, coupon_reserve
 from coupons.unique_codes import unique_code
@@ -21,21 +21,13 @@ from orders.reconciliation import campaign_reconcile
 from orders.verify import campaign_verify
 
 from ..factories import CampaignFactory
+from .code_helpers import codes_of
 from .helpers import assert_rows_agree_with_events
 from .test_use_concurrency import all_at_once
 
 
 def order(order_id: str) -> Order:
     return Order(order_id, Decimal("350.00"), "CNY")
-
-
-def codes_of(campaign: Campaign, *serials: int, prefix: str = "SPRING") -> list[str]:
-    """Unique codes of the campaign, inserted as a generated batch would insert them."""
-    batch = CodeBatch.objects.create(campaign=campaign, source="generated", prefix=prefix, requested=len(serials),
-                                     inserted=len(serials), state="done", created_by="test")
-    codes = [unique_code(prefix, serial) for serial in serials]
-    UniqueCode.objects.bulk_create([UniqueCode(code=code, campaign=campaign, batch=batch) for code in codes])
-    return codes
 
 
 @pytest.fixture

@@ -60,6 +60,13 @@ def _own_refusal(coupon: Coupon, cart: pricing.Cart, now: datetime) -> str | Non
     return None
 
 
+def _typed_refusal(campaign: Campaign, used_up: str | None, cart: pricing.Cart) -> str | None:
+    """The slug refusing a typed code before its rule is priced: used up (_used_up_codes), or a campaign in
+    another currency than the cart's (not_applicable, its zero in the cart's currency, as a coupon of the
+    shopper's in another currency answers); None to price it."""
+    return used_up or (pricing.NOT_APPLICABLE if campaign.currency != cart.currency else None)
+
+
 def _used_up_codes(typed: dict[str | None, Campaign], user_id: str) -> dict[str | None, str]:
     """The typed shared and unique codes a reserve would refuse before pricing them, by what code_take.lua
     judges: the shopper at the per-user limit (limit_reached, judged first, as there), or no use of the
@@ -136,9 +143,10 @@ def cart_validate(*, user_id: str, cart: pricing.Cart, codes: list[str]) -> Cart
             coupon = own[code]
             add(code, _own_refusal(coupon, cart, now) or coupon.campaign)
         elif code in shared:
-            add(code, used_up.get(code) or shared[code])
+            add(code, _typed_refusal(shared[code], used_up.get(code), cart) or shared[code])
         elif unique_wanted.get(code) in unique:
-            add(unique_wanted[code], used_up.get(unique_wanted[code]) or unique[unique_wanted[code]])
+            campaign = unique[unique_wanted[code]]
+            add(unique_wanted[code], _typed_refusal(campaign, used_up.get(unique_wanted[code]), cart) or campaign)
         else:
             add(code, NOT_FOUND)
             misses += 1

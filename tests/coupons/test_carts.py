@@ -187,6 +187,17 @@ def test_validate_refuses_a_unique_code_of_a_campaign_whose_stock_is_used_up(cli
     assert post(client, f"coupons/{third}/redeem", body, "dave", key="d1").json()["status"] == "sold_out"
 
 
+def test_validate_answers_a_typed_code_in_another_currency_not_applicable_in_the_carts_currency(
+        client, live_campaign) -> None:
+    live_campaign(kind="codes", code="YEN-OFF", currency="JPY", discount_value=D("500"), min_spend=D("0"))
+
+    answer = validate(client, codes=["yen-off"])
+
+    assert entry(answer, "YEN-OFF") == {"code": "YEN-OFF", "applicable": False, "status": "not_applicable",
+                                        "discount": "0.00", "lines": []}
+    assert answer["best"] == {"codes": [], "discount": "0.00", "payable": "300.00"}
+
+
 def test_validate_counts_unknown_codes_against_the_shopper(client, live_campaign, settings) -> None:
     # given: 5 unknown codes a minute at most
     settings.COUPONS_CODE_MISSES_PER_MINUTE = 5

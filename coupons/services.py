@@ -488,6 +488,7 @@ def coupon_release(*, user_id: str, code: str, order_id: str, source: str = "api
 
 SHARED_USE = "code:"  # the claim id of a shared code's use: code:<campaign>:<digest of shopper and order>:<n>
 UNIQUE_USE = "unique:"  # the claim id of a unique code's coupon: unique:<the UniqueCode's id>
+USE_ID_RE = re.compile(r"code:[1-9][0-9]{0,18}:[0-9a-f]{24}:[0-9]{1,9}|unique:[1-9][0-9]{0,18}")
 _OVER = (CouponStatus.REVOKED, CouponStatus.EXPIRED)  # a shared code's use that is over: the next is a new one
 
 
@@ -562,6 +563,12 @@ def held_uses(campaign: Campaign) -> QuerySet[Coupon]:
     return (Coupon.objects.filter(campaign=campaign)
             .filter(Q(claim_id__startswith=SHARED_USE) | Q(claim_id__startswith=UNIQUE_USE))
             .exclude(status=CouponStatus.REVOKED))
+
+
+def is_code_use_id(text: str) -> bool:
+    """Whether `text` is of the form of a typed code's use (a shared code's or a unique code's): the claim_id of
+    its coupon, which is no claim (GET /claims/{id} of it is the 404 of an unknown claim, not a 400)."""
+    return USE_ID_RE.fullmatch(text) is not None
 
 
 def is_shared_use(coupon: Coupon) -> bool:

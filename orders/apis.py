@@ -42,6 +42,7 @@ from core.tracing import span
 from coupons.apis import CouponOutputSerializer, answer_response
 from coupons.idempotency import Answer, run_idempotent
 from coupons.selectors import coupon_for_claim
+from coupons.services import is_code_use_id
 
 from . import ledger
 from .cancel import claim_cancel
@@ -278,6 +279,8 @@ def claim_id_of(text: str) -> tuple[int, str]:
     """Return (campaign id, ledger entry id) of the claim id in a path; raise BadRequest if it is not one."""
     parsed = ledger.parse_claim_id(text)
     if parsed is None:
+        if is_code_use_id(text):  # a typed code's use (its coupon's claim_id in /me/coupons): no claim
+            raise NotFound()
         raise BadRequest("Not a claim id.")
     return parsed
 

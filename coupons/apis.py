@@ -366,7 +366,10 @@ def coupon_endpoint(code: str, action: str, user_id: str, ip: str | None = None)
 
 
 class TooManyMisses(RateLimited):
-    message = "Too many unknown coupon codes from this shopper or address; retry in a minute."
+    message = "Too many unknown coupon codes from this shopper or address; retry when this minute is over."
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(60 - int(time.time()) % 60)}  # the misses are counted by the minute
 
 
 def _misses_keys(user_id: str, ip: str | None) -> list[tuple[str, int]]:

@@ -6,6 +6,7 @@ Real PostgreSQL and Redis; races are threads released together by a barrier, or 
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from decimal import Decimal
 from typing import Any
@@ -290,6 +291,11 @@ def test_unknown_codes_count_against_the_client_address_whatever_shoppers_it_sen
 
     assert misses == [404, 404, 404]
     assert after == [429, 429]  # the address is refused, even for a good code, until the minute is over
+    refused = client.post("/api/v1/coupons/SAVE50/redeem", body, content_type="application/json",
+                          **shopper_headers("guesser-8", HTTP_IDEMPOTENCY_KEY="g8"))
+    until_the_minute_is_over = 60 - int(time.time()) % 60
+    assert refused.status_code == 429
+    assert int(refused["Retry-After"]) in (until_the_minute_is_over, until_the_minute_is_over % 60 + 1)
 
 
 def test_the_api_answers_a_shared_code_on_all_four_endpoints(client, shared_code) -> None:

@@ -30,9 +30,18 @@ def _check_database() -> None:
         cursor.execute("SELECT 1")
 
 
+CHECK_SECONDS = 1.0  # each store's check answers within about this long, however the store fails
+
+# The broker's connection for the check: every socket operation times out (the app's own options may have none,
+# as in development), so a broker that accepts connections and never answers (frozen) makes /readyz a 503, not
+# a request that hangs.
+_BROKER_CHECK_OPTIONS = {"socket_timeout": CHECK_SECONDS, "socket_connect_timeout": CHECK_SECONDS,
+                         "retry_on_timeout": False}
+
+
 def _check_broker() -> None:
-    with current_app.connection_for_write() as conn:  # config.celery's app
-        conn.ensure_connection(max_retries=1, interval_start=0, interval_step=0, timeout=1)
+    with current_app.connection_for_write(transport_options=_BROKER_CHECK_OPTIONS) as conn:  # config.celery's app
+        conn.ensure_connection(max_retries=1, interval_start=0, interval_step=0, timeout=CHECK_SECONDS)
 
 
 register_check("database", _check_database)

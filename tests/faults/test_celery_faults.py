@@ -15,12 +15,13 @@ import pytest
 
 from campaigns.redis_state import campaign_keys
 
-from .harness import Load, Window, run_fault
+from .harness import Load, Window, get, run_fault, wait_until
 
 pytestmark = [pytest.mark.slow]
 
 WORKER_DOWN_SECONDS = 5.0
 BROKER_DOWN_SECONDS = 10.0
+READY_SECONDS = 3.0  # /readyz with the broker frozen: its check times out (core.health.CHECK_SECONDS)
 
 
 def test_worker_child_then_whole_worker_killed_mid_load_loses_and_doubles_nothing(fault_stack) -> None:
@@ -71,6 +72,25 @@ def test_claims_go_on_while_the_broker_is_unreachable_and_the_ledger_drains_when
     # The worker rides out the outage (config/celery.py: no restore of unacknowledged messages at shutdown,
     # which needs the broker and made kombu exit the worker) and drains the ledger once it is back.
     assert not window.notes["worker_died"]
+
+
+def test_readiness_is_a_503_in_bounded_time_while_the_broker_is_frozen(fault_stack) -> None:
+    # A broker that accepts connections and never answers (SIGSTOP): the broker check used to hang /readyz
+    fault_stack.boot(stock=10, beat=False)
+    assert get(fault_stack.url, "/readyz")[0] == 200
+    os.kill(fault_stack.broker.pid, signal.SIGSTOP)
+    try:
+        answers = []
+        for _ in range(3):
+            started = time.monotonic()
+            status, body = get(fault_stack.url, "/readyz", timeout=10)
+            answers.append((status, round(time.monotonic() - started, 2), json.loads(body)["checks"]["broker"]))
+    finally:
+        os.kill(fault_stack.broker.pid, signal.SIGCONT)
+
+    assert all(status == 503 and took < READY_SECONDS and broker.startswith("unavailable")
+               for status, took, broker in answers), answers
+    assert wait_until(lambda: get(fault_stack.url, "/readyz")[0] == 200, 10) is not None
 
 
 def test_every_drain_message_delivered_twice_issues_each_coupon_once(fault_stack) -> None:

@@ -17,6 +17,7 @@ from .harness import Answer, Load, Stack, Watch, Window, get, run_fault, wait_un
 pytestmark = [pytest.mark.slow]
 
 DOWN_SECONDS = 3.0  # how long a stopped or killed Redis stays down
+READY_SECONDS = 3.0  # /readyz with Redis frozen: its check times out (COUPONS_REDIS_SOCKET_TIMEOUT, 0.5 s)
 FREEZE_SECONDS = 10.0  # the SIGSTOP; a 503 must still come within FAST_503_SECONDS meanwhile
 FAST_503_SECONDS = 1.0
 REBUILD_SECONDS = 10.0  # an empty Redis: the beat sweep (every 2 s) rebuilds a live campaign within this
@@ -68,7 +69,8 @@ def test_a_frozen_redis_is_a_503_within_a_second_and_healthz_does_not_notice(fau
             os.kill(fault_stack.redis.pid, signal.SIGCONT)
         window.close()
 
-    with Watch(lambda: get(fault_stack.url, "/healthz")[0], every=0.25) as health:
+    with Watch(lambda: get(fault_stack.url, "/healthz")[0], every=0.25) as health, \
+            Watch(lambda: get(fault_stack.url, "/readyz")[0], every=0.5) as ready:
         load, problems = run_fault(fault_stack, campaign, window, inject, fault="Redis SIGSTOP 10 s, SIGCONT")
 
     frozen = [a for a in load.answers if window.start < a.sent and a.answered < window.end]
@@ -76,6 +78,10 @@ def test_a_frozen_redis_is_a_503_within_a_second_and_healthz_does_not_notice(fau
     assert max(a.latency for a in frozen) < FAST_503_SECONDS
     checks = [(took, value) for started, took, value in health.samples if window.start < started < window.end]
     assert checks and all(value == 200 and took < FAST_503_SECONDS for took, value in checks), checks
+    # Readiness says the store is gone, and in bounded time (its broker check hung on the frozen broker before)
+    readiness = [(took, value) for started, took, value in ready.samples
+                 if window.start + 1 < started < window.end - READY_SECONDS]
+    assert readiness and all(value == 503 and took < READY_SECONDS for took, value in readiness), readiness
     # A claim Redis ran the instant it froze, whose reply it had not yet written, was answered 503: it has
     # been taken back since (orders.claim.ClaimVoider), so no coupon is left for it (I4).
     assert not problems

@@ -26,7 +26,7 @@ class CampaignOutputSerializer(serializers.ModelSerializer):
         fields = [
             "id", "name", "state", "starts_at", "ends_at", "total_stock", "remaining", "per_user_limit",
             "discount_type", "discount_value", "max_discount", "min_spend", "currency", "valid_until",
-            "valid_days", "audience",
+            "valid_days", "audience", "kind",
         ]
 
 

@@ -399,7 +399,8 @@
     return api("GET", "/campaigns", { auth: false }).then(function (answer) {
       var error = $("campaigns-error");
       if (answer.http === 200 && Array.isArray(answer.data.results)) {
-        campaigns = answer.data.results;
+        // grab campaigns only: a codes campaign's code is typed at the checkout, it can't be grabbed
+        campaigns = answer.data.results.filter(function (c) { return c.kind !== "codes"; });
         error.hidden = true;
       } else {
         error.textContent = fmt(gettext("Can't load the campaigns right now: %(why)s Retrying…"),

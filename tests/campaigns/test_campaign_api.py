@@ -22,7 +22,7 @@ pytestmark = pytest.mark.django_db
 CAMPAIGN_FIELDS = {
     "id", "name", "state", "starts_at", "ends_at", "total_stock", "remaining", "per_user_limit",
     "discount_type", "discount_value", "max_discount", "min_spend", "currency", "valid_until",
-    "valid_days", "audience",
+    "valid_days", "audience", "kind",
 }
 COUPON_FIELDS = {
     "code", "campaign_id", "claim_id", "status", "valid_from", "expires_at",

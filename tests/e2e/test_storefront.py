@@ -82,6 +82,7 @@ def test_grab_a_coupon_see_it_issued_and_redeem_it_at_the_pretend_checkout(
     campaign = live_sale()
     upcoming = CampaignFactory(name="Midnight sale", total_stock=500,
                                starts_at=timezone.now() + timedelta(minutes=10, seconds=30))
+    campaign_preheat(campaign=CampaignFactory(name="Type SAVE9", kind="codes", code="SAVE9X", total_stock=5))
     page.goto(f"{storefront_server}/")
     expect(page.locator(f"#campaign-{campaign.pk}")).to_be_visible()
     later = page.locator(f"#campaign-{upcoming.pk}")
@@ -89,7 +90,7 @@ def test_grab_a_coupon_see_it_issued_and_redeem_it_at_the_pretend_checkout(
     expect(later.get_by_test_id("countdown")).to_have_text(re.compile(r"^Opens in 10m \d\ds$"))
     expect(later.get_by_test_id("remaining")).to_have_text("500")
     expect(later.get_by_test_id("grab")).to_be_disabled()
-    expect(page.get_by_test_id("campaign")).to_have_count(2)
+    expect(page.get_by_test_id("campaign")).to_have_count(2)  # not the codes campaign: its code is typed
     expect(page.get_by_test_id("shopper-id")).to_have_text(re.compile(r"^demo-[0-9a-f]{12}$"))
     expect(page.locator(f"#campaign-{campaign.pk}").get_by_test_id("grab")).to_be_enabled()
     save_screenshot(page, "storefront-before-grab")

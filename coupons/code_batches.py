@@ -283,14 +283,18 @@ class CodesImportRefused(BadRequest):
 
 
 def _import_lines(lines: Iterable[str]) -> Iterator[tuple[int, str]]:
-    """Yield (line number, code text) of a file of one code a line, or of the export's CSV (its header first)."""
+    """Yield (line number, code text) of a file of one code a line (its first line may be the header `code`),
+    or of the export's CSV (its header first). A byte order mark before the first line is not part of it."""
     is_csv = None
     for number, line in enumerate(lines, start=1):
+        if number == 1:
+            line = line.lstrip("\ufeff")
         if not line.strip():
             continue
         if is_csv is None:
-            is_csv = line.strip().lower() == ",".join(EXPORT_HEADER)
-            if is_csv:
+            header = line.strip().lower()
+            is_csv = header == ",".join(EXPORT_HEADER)
+            if is_csv or header == EXPORT_HEADER[0]:  # a hand-made list's header, never a code of ours
                 continue
         if is_csv:
             fields = next(csv.reader([line]), [])

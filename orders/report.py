@@ -134,8 +134,12 @@ def campaign_report(*, campaign: Campaign) -> Report:
                   days=[days[d] for d in sorted(days)])
 
 
+TOTAL_ONLY_COLUMNS = ("redeemed_net", "redemption_rate")  # the total row's (JSON: "totals"); empty on a day's
+
+
 def report_csv_lines(report: Report) -> Iterator[str]:
-    """The report as CSV, one line at a time (for a streaming answer): a header, a row a day, a total row."""
+    """The report as CSV, one line at a time (for a streaming answer): a header, a row a day, a total row with
+    redeemed_net and the redemption rate too."""
     out = io.StringIO()
     writer = csv.writer(out)
 
@@ -145,9 +149,9 @@ def report_csv_lines(report: Report) -> Iterator[str]:
         writer.writerow(values)
         return out.getvalue()
 
-    yield line(list(COLUMNS))
+    yield line([*COLUMNS, *TOTAL_ONLY_COLUMNS])
     for day in report.days:
         row = _row(day)
-        yield line([row[c] for c in COLUMNS])
+        yield line([*(row[c] for c in COLUMNS), *("" for _ in TOTAL_ONLY_COLUMNS)])
     total = _row(report.total())
-    yield line(["total", *[total[c] for c in COLUMNS[1:]]])
+    yield line(["total", *[total[c] for c in COLUMNS[1:]], report.redeemed_net, str(report.redemption_rate)])

@@ -17,6 +17,7 @@ from django.core.management import CommandError, call_command
 from django.db import connection, connections
 from django.utils import timezone
 
+from core.errors import BadRequest
 from coupons import code_batches
 from coupons.code_batches import (
     CodesImportRefused,
@@ -423,6 +424,18 @@ def test_a_good_import_inserts_every_code_in_one_done_batch() -> None:
 
     assert (batch.source, batch.state, batch.requested, batch.inserted) == ("imported", "done", 25_000, 25_000)
     assert set(batch_codes(batch)) == {f"LEGACY-{i:05d}" for i in range(25_000)}
+
+
+@pytest.mark.django_db
+def test_a_lists_header_line_and_a_byte_order_mark_are_not_codes() -> None:
+    campaign = codes_campaign()
+
+    batch = code_batch_import(campaign=campaign, lines=["\ufeffCode\r\n", "legacy-a1\n", "\n", "LEGACY-B2\n"],
+                              created_by="ann")
+
+    assert sorted(batch_codes(batch)) == ["LEGACY-A1", "LEGACY-B2"]
+    with pytest.raises(BadRequest, match="no code in the file"):
+        code_batch_import(campaign=campaign, lines=["\ufeff"], created_by="ann")
 
 
 @pytest.mark.django_db

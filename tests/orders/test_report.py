@@ -82,9 +82,10 @@ def test_campaign_report_prints_json_and_csv(live_campaign, capsys) -> None:
 
     assert printed["totals"]["redeemed"] == 4 and printed["time_zone"] == "Asia/Shanghai"
     assert rows[0] == ["day", "claims", "issued", "reserved", "redeemed", "released", "expired", "revoked",
-                       "discount"]
-    assert rows[1] == [timezone.localdate().isoformat(), "10", "10", "2", "4", "2", "2", "1", "150.00"]
-    assert rows[-1][0] == "total" and rows[-1][1:] == rows[1][1:]
+                       "discount", "redeemed_net", "redemption_rate"]
+    assert rows[1] == [timezone.localdate().isoformat(), "10", "10", "2", "4", "2", "2", "1", "150.00", "", ""]
+    assert rows[-1][0] == "total" and rows[-1][1:-2] == rows[1][1:-2]
+    assert rows[-1][-2:] == [str(printed["totals"]["redeemed_net"]), printed["totals"]["redemption_rate"]]
 
 
 def test_days_are_the_operators_days(live_campaign, settings) -> None:

@@ -14,6 +14,7 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path
 from django.utils import timezone
 from django.utils.formats import date_format
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from core.errors import ApplicationError
@@ -111,9 +112,13 @@ class CartPreviewForm(forms.Form):
 
 
 class RestockForm(forms.Form):
-    quantity = forms.IntegerField(label=_("Coupons to add"), min_value=1, max_value=MAX_STOCK_ADDED,
-                                  help_text=_("1 to %(most)s: added to the total and to the live stock.")
-                                  % {"most": f"{MAX_STOCK_ADDED:,}"})
+    quantity = forms.IntegerField(label=_("Coupons to add"), min_value=1, max_value=MAX_STOCK_ADDED)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Formatted here, in the request's language: a lazy string formatted at import is English for good
+        self.fields["quantity"].help_text = gettext(
+            "1 to %(most)s: added to the total and to the live stock.") % {"most": f"{MAX_STOCK_ADDED:,}"}
 
 
 class ExtendEndForm(forms.Form):
@@ -194,8 +199,8 @@ class CampaignAdmin(CampaignReportMixin):
             result = {"coupon": coupon, "amount": cart.amount, "payable": cart.amount - coupon.discount,
                       "lines": [(line, shares.get(index)) for index, line in enumerate(cart.lines)]}
         context = {**self.admin_site.each_context(request), "opts": self.model._meta, "original": campaign,
-                   "title": f"Preview {campaign} on a cart", "form": form, "result": result,
-                   "rule": campaign.coupon_rule()}
+                   "title": gettext("Preview %(campaign)s on a cart") % {"campaign": campaign}, "form": form,
+                   "result": result, "rule": campaign.coupon_rule()}
         return TemplateResponse(request, "admin/campaigns/pricing_preview.html", context)
 
     def get_readonly_fields(self, request: HttpRequest, obj: Campaign | None = None) -> list[str]:

@@ -302,3 +302,15 @@ def test_a_refusal_an_operator_reads_is_in_the_language_active(db: object) -> No
         with translation.override(language), pytest.raises(ValidationError) as refused:
             campaign.clean()
         assert text in refused.value.message_dict["currency"][0]
+
+
+def test_a_forms_help_text_formatted_with_a_figure_is_in_the_requests_language() -> None:
+    # formatted at import, a lazy string is English for good (the restock form's help text was)
+    from django.utils import translation
+
+    from campaigns.admin import RestockForm
+
+    with translation.override("zh-hans"):
+        assert RestockForm().fields["quantity"].help_text == "1 到 1,000,000：同时计入总库存和实时库存。"
+    with translation.override("en"):
+        assert RestockForm().fields["quantity"].help_text.startswith("1 to 1,000,000: added to the total")

@@ -54,10 +54,14 @@ class ParkedLedgerEntryAdmin(NoAddNoDeleteMixin, admin.ModelAdmin):
     """Ledger entries the drain could never persist (orders/parking.py): read-only, retried or discarded by the
     actions, each recorded in the entry's history and the admin's log."""
 
-    list_display = ["claim_id", "campaign", "state", "attempts", "error", "created_at", "updated_at"]
+    list_display = ["claim", "campaign", "state", "attempts", "error", "created_at", "updated_at"]
     list_filter = ["state", "campaign"]
     search_fields = ["=entry_id"]
     list_select_related = ["campaign"]
+
+    @admin.display(description=_("claim id"))
+    def claim(self, entry: ParkedLedgerEntry) -> str:
+        return entry.claim_id
     readonly_fields = [f.name for f in ParkedLedgerEntry._meta.fields]
     actions = ["retry", "discard"]
 

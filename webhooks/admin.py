@@ -28,7 +28,8 @@ class EndpointForm(forms.ModelForm):
     url = forms.URLField(max_length=500, assume_scheme="https",
                          help_text=WebhookEndpoint._meta.get_field("url").help_text)
     event_types = forms.MultipleChoiceField(choices=EventType.choices, widget=forms.CheckboxSelectMultiple,
-                                            required=False, help_text=_("None ticked: every type."))
+                                            required=False, help_text=_("None ticked: every type."),
+                                            label=WebhookEndpoint._meta.get_field("event_types").verbose_name)
 
     class Meta:
         model = WebhookEndpoint
@@ -87,7 +88,7 @@ class AttemptInline(admin.TabularInline):
 
 @admin.register(Delivery)
 class DeliveryAdmin(NoAddNoDeleteMixin, admin.ModelAdmin):
-    list_display = ["id", "event_type", "event_id", "endpoint", "key", "state", "attempts", "last_status",
+    list_display = ["id", "event_type", "event_number", "endpoint", "key", "state", "attempts", "last_status",
                     "next_attempt_at", "delivered_at"]
     list_filter = ["state", "event__type", "endpoint"]
     search_fields = ["=key", "=event__id"]
@@ -101,6 +102,10 @@ class DeliveryAdmin(NoAddNoDeleteMixin, admin.ModelAdmin):
     @admin.display(description=_("type"))
     def event_type(self, delivery: Delivery) -> str:
         return delivery.event.type
+
+    @admin.display(description=_("event"), ordering="event_id")
+    def event_number(self, delivery: Delivery) -> int:
+        return delivery.event_id
 
     @admin.display(description=_("event data"))
     def payload(self, delivery: Delivery) -> Any:

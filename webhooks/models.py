@@ -8,8 +8,8 @@ from __future__ import annotations
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models import Q
+from django.utils.translation import gettext, pgettext_lazy
 from django.utils.translation import gettext_lazy as _
-from django.utils.translation import pgettext_lazy
 
 
 class EventType(models.TextChoices):
@@ -118,7 +118,8 @@ class Delivery(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"delivery {self.pk} of event {self.event_id} to endpoint {self.endpoint_id}"
+        return gettext("delivery %(delivery)s of event %(event)s to endpoint %(endpoint)s") % {
+            "delivery": self.pk, "event": self.event_id, "endpoint": self.endpoint_id}
 
 
 class DeliveryAttempt(models.Model):
@@ -142,4 +143,5 @@ class DeliveryAttempt(models.Model):
         ordering = ["delivery", "number"]
 
     def __str__(self) -> str:
-        return f"attempt {self.number} of delivery {self.delivery_id}"
+        return gettext("attempt %(number)s of delivery %(delivery)s") % {"number": self.number,
+                                                                          "delivery": self.delivery_id}

@@ -365,16 +365,19 @@ def coupon_endpoint(code: str, action: str, user_id: str, ip: str | None = None)
     return canonical, f"POST /api/v1/coupons/{canonical}/{action}"
 
 
+MISS_WINDOW_SECONDS = 60  # unknown codes are counted by the minute (COUPONS_CODE_MISSES_PER_MINUTE)
+
+
 class TooManyMisses(RateLimited):
     message = "Too many unknown coupon codes from this shopper or address; retry when this minute is over."
 
     def headers(self) -> dict[str, str]:
-        return {"Retry-After": str(60 - int(time.time()) % 60)}  # the misses are counted by the minute
+        return {"Retry-After": str(MISS_WINDOW_SECONDS - int(time.time()) % MISS_WINDOW_SECONDS)}
 
 
 def _misses_keys(user_id: str, ip: str | None) -> list[tuple[str, int]]:
     """The miss counters of this minute (key, limit): the shopper's, and the client address's if known."""
-    minute = int(time.time() // 60)
+    minute = int(time.time() // MISS_WINDOW_SECONDS)
     keys = [(f"cr:code-misses:{user_id}:{minute}", settings.COUPONS_CODE_MISSES_PER_MINUTE)]
     if ip is not None:
         keys.append((f"cr:code-misses-ip:{ip}:{minute}", settings.COUPONS_CODE_MISSES_PER_IP_PER_MINUTE))
@@ -418,7 +421,7 @@ def misses_count(counters: list[tuple[str, int]], misses: int) -> None:
         pipe = redis_client().pipeline(transaction=True)
         for key, _ in counters:
             pipe.incrby(key, misses)
-            pipe.expire(key, 120)
+            pipe.expire(key, 2 * MISS_WINDOW_SECONDS)
         pipe.execute()
     except RedisError:
         pass

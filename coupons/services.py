@@ -540,21 +540,27 @@ def _code_used(code: str, user_id: str, order_id: str, decide: Decide, *, new_us
 def _campaign_of_use(shared: str, user_id: str, order_id: str) -> Campaign | None:
     """The codes campaign, no longer live (paused or ended since), in which this shopper used the shared code
     for this order: a confirm or release still finds that use (a checkout begun is finished; a new use of the
-    code is the 404 of a code not live). Of the last campaigns that had the code, the newest with such a use."""
-    for campaign in Campaign.objects.filter(kind=CampaignKind.CODES, code=shared).order_by("-pk")[:_CODE_REUSES]:
-        if Coupon.objects.filter(user_id=user_id, campaign=campaign,
-                                 claim_id__startswith=_use_prefix(campaign.pk, user_id, order_id)).exists():
-            return campaign
-    return None
+    code is the 404 of a code not live). Of the campaigns that had the code, the newest with such a use."""
+    use = (Coupon.objects.select_related("campaign")
+           .filter(user_id=user_id, campaign__kind=CampaignKind.CODES, campaign__code=shared,
+                   claim_id__startswith=SHARED_USE, claim_id__contains=f":{_use_digest(user_id, order_id)}:")
+           .order_by("-campaign_id").first())
+    return use.campaign if use is not None else None
 
 
-_CODE_REUSES = 20  # the campaigns a shared code's confirm or release looks through (a code is reused rarely)
+def _use_digest(user_id: str, order_id: str) -> str:
+    return hashlib.sha256(f"{user_id}\n{order_id}".encode()).hexdigest()[:24]
 
 
 def _use_prefix(campaign_id: int, user_id: str, order_id: str) -> str:
-    """The claim ids of one shopper's uses of a campaign's shared code for one order (48 characters at most)."""
-    digest = hashlib.sha256(f"{user_id}\n{order_id}".encode()).hexdigest()[:24]
-    return f"{SHARED_USE}{campaign_id}:{digest}:"
+    """The claim ids of one shopper's uses of a campaign's shared code for one order (48 characters at most),
+    and the lock of that use (_shared_use)."""
+    return f"{SHARED_USE}{campaign_id}:{_use_digest(user_id, order_id)}:"
+
+
+def _unique_uses_lock(campaign_id: int, user_id: str) -> str:
+    """The lock of one shopper's unique codes of a campaign (_unique_use: the per-user limit, the take)."""
+    return f"u:{campaign_id}:{user_id}"
 
 
 def held_uses(campaign: Campaign) -> QuerySet[Coupon]:
@@ -811,7 +817,7 @@ def code_uses_give_back_orphans(campaign: Campaign, members: list[str]) -> int:
         if claim_id.startswith(f"{SHARED_USE}{campaign.pk}:"):
             lock = claim_id.rpartition(":")[0] + ":"  # the use's (_shared_use)
         elif claim_id.startswith(UNIQUE_USE):
-            lock = f"u:{campaign.pk}:{user_id}"  # the shopper's unique codes of the campaign (_unique_use)
+            lock = _unique_uses_lock(campaign.pk, user_id)
         else:
             continue
         with transaction.atomic():
@@ -843,7 +849,7 @@ def _unique_use(code: str, user_id: str, decide: Decide, *, new_use: Order, sour
     taken: Coupon | None = None
     try:
         with transaction.atomic():
-            _lock(f"u:{campaign.pk}:{user_id}")
+            _lock(_unique_uses_lock(campaign.pk, user_id))
             if Coupon.objects.filter(campaign=campaign, user_id=user_id).count() >= campaign.per_user_limit:
                 return refused(UseCode.LIMIT_REACHED)
             valid_from, expires_at = campaign.coupon_validity(now)

@@ -58,13 +58,12 @@ class ParkedLedgerEntryAdmin(NoAddNoDeleteMixin, admin.ModelAdmin):
     list_filter = ["state", "campaign"]
     search_fields = ["=entry_id"]
     list_select_related = ["campaign"]
+    readonly_fields = [f.name for f in ParkedLedgerEntry._meta.fields]
+    actions = ["retry", "discard"]
 
     @admin.display(description=_("claim id"))
     def claim(self, entry: ParkedLedgerEntry) -> str:
         return entry.claim_id
-    readonly_fields = [f.name for f in ParkedLedgerEntry._meta.fields]
-    actions = ["retry", "discard"]
-
 
     @admin.action(description=_("Retry: persist again"), permissions=["change"])
     def retry(self, request: HttpRequest, queryset: QuerySet[ParkedLedgerEntry]) -> None:

@@ -36,8 +36,10 @@ def headers_environ(headers: Iterable[tuple[bytes, bytes]], client: str,
     address as REMOTE_ADDR; with `only` (raw name -> environ key), just those headers (a caller that reads a
     few of a request's dozen: the claim).
 
-    Values are the raw bytes as latin-1 characters, as in WSGI; a header twice, its values joined by commas. A
-    header whose name has an underscore is dropped (as nginx does): X_User_Id must not pass for X-User-Id.
+    Values are the raw bytes as latin-1 characters, as in WSGI, without the whitespace around them (RFC 9110
+    5.5: not part of the value; the parser drops only the leading), so `Idempotency-Key: K ` is the key K; a
+    header twice, its values joined by commas. A header whose name has an underscore is dropped (as nginx
+    does): X_User_Id must not pass for X-User-Id.
     """
     meta: dict[str, Any] = {}
     keys: Mapping[bytes, str | None] = _environ_keys if only is None else only
@@ -47,7 +49,7 @@ def headers_environ(headers: Iterable[tuple[bytes, bytes]], client: str,
             key = _environ_key(raw_name) if only is None else None
         if key is None:
             continue
-        value = raw_value.decode("latin-1")
+        value = raw_value.decode("latin-1").strip(" \t")
         meta[key] = f"{meta[key]},{value}" if key in meta else value
     meta["REMOTE_ADDR"] = client
     return meta

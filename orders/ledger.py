@@ -28,8 +28,10 @@ from campaigns.redis_state import (
 )
 from core.auth import USER_ID_RE
 
-# <campaign>-<ms>-<seq>, and beyond bucket 0 -<bucket> (1-63: campaigns.models.MAX_BUCKETS)
-CLAIM_ID_RE = re.compile(r"([1-9][0-9]{0,17})-([0-9]{1,15})-([0-9]{1,10})(?:-([1-9]|[1-5][0-9]|6[0-3]))?")
+# <campaign>-<ms>-<seq>, and beyond bucket 0 -<bucket> (1-63: campaigns.models.MAX_BUCKETS). Each number in its
+# one decimal form, never zero-padded: Redis reads 01-0 as the entry 1-0, so a padded alias would find a claim
+# it does not name (a pending answer for an issued claim, a cancel of a claim its id does not name).
+CLAIM_ID_RE = re.compile(r"([1-9][0-9]{0,17})-(0|[1-9][0-9]{0,14})-(0|[1-9][0-9]{0,9})(?:-([1-9]|[1-5][0-9]|6[0-3]))?")
 
 
 @dataclass(frozen=True, slots=True)

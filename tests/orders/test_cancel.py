@@ -475,6 +475,27 @@ def test_cancel_of_a_malformed_claim_id_is_a_bad_request(client, live_campaign, 
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize("pad", ["ms", "seq"])
+def test_a_zero_padded_alias_of_a_pending_claim_is_no_claim_id(client, live_campaign, pad) -> None:
+    # Given alice's claim, still pending in the ledger (Redis reads the entry 01-0 as 1-0)
+    campaign = live_campaign(total_stock=10, per_user_limit=1)
+    claim_id = claim(campaign, "alice")
+    cid, ms, seq = claim_id.split("-")
+    alias = f"{cid}-0{ms}-{seq}" if pad == "ms" else f"{cid}-{ms}-0{seq}"
+    before = (stock(campaign), users(campaign), unacknowledged(campaign))
+
+    # When she reads and cancels it by a zero-padded alias of its id
+    read = client.get(f"/api/v1/claims/{alias}", **shopper_headers("alice"))
+    cancelled = cancel(client, alias)
+
+    # Then both are the 400 of a malformed id (they were a false pending and a 500), and the claim stands
+    assert (read.status_code, read.json()["status"]) == (400, "invalid_request")
+    assert (cancelled.status_code, cancelled.json()["status"]) == (400, "invalid_request")
+    assert (stock(campaign), users(campaign), unacknowledged(campaign)) == before
+    assert client.get(f"/api/v1/claims/{claim_id}", **shopper_headers("alice")).json()["status"] == "pending"
+
+
+@pytest.mark.django_db
 def test_cancel_of_an_unknown_claim_is_not_found(client, live_campaign) -> None:
     campaign = live_campaign(total_stock=10)
     issue(campaign, "alice")

@@ -277,6 +277,29 @@ def test_a_forwarded_address_from_a_peer_that_is_no_trusted_proxy_does_not_escap
 
 
 @pytest.mark.django_db(transaction=True)
+def test_whitespace_after_a_header_value_is_not_part_of_it(run_server, live_campaign) -> None:
+    # Given ann's claim with the key K
+    campaign = live_campaign(total_stock=5, per_user_limit=3)
+    path = f"/api/v1/campaigns/{campaign.pk}/claim"
+    answers = []
+    for key in ["K", "K \t", "K"]:  # When she repeats it with whitespace after the key, then without
+        with Client(run_server.port) as client:
+            client.send(request("POST", path, {**shopper("ann"), "Content-Type": "application/json",
+                                               "Idempotency-Key": key}, b"{}"))
+            answers.append(client.reply().json())
+    # Then every repeat replays the one claim (the trailing whitespace made a second key: a second coupon)
+    assert [a["status"] for a in answers] == ["claimed"] * 3 and len({a["claim_id"] for a in answers}) == 1
+    assert int(redis_client().get(campaign_keys(campaign.pk).stock)) == 4
+    # And the user id's trailing whitespace is no part of it either (it was a 401)
+    headers = {**shopper("ann"), "Content-Type": "application/json"}
+    headers["X-User-Id"] += " "
+    with Client(run_server.port) as client:
+        client.send(request("POST", path, headers, b"{}"))
+        reply = client.reply()
+    assert (reply.status, reply.json()["status"]) == (200, "claimed")
+
+
+@pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("body", [b'{"x": NaN}', b'{"x": Infinity}', b'{"x": -Infinity}', b'[NaN]'])
 def test_a_claim_body_that_is_not_rfc_8259_json_is_a_400_and_claims_nothing(run_server, live_campaign, body) -> None:
     campaign = live_campaign(total_stock=5)

@@ -19,5 +19,6 @@ urlpatterns = [
     path(settings.ADMIN_URL, admin.site.urls),
 ]
 
+handler400 = "core.api.bad_request_view"
 handler404 = "core.api.not_found_view"
 handler500 = "core.api.server_error_view"

@@ -3,14 +3,17 @@ database-down middleware, the JSON error views, the schema of the shared paramet
 answers."""
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from collections.abc import Callable
 from typing import Any
 
 from django import db
-from django.core.exceptions import PermissionDenied, RequestDataTooBig
+from django.conf import settings
+from django.core.exceptions import DisallowedHost, PermissionDenied, RequestDataTooBig
 from django.http import Http404, HttpRequest, HttpResponse
+from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.utils import OpenApiParameter
 from rest_framework import exceptions as drf_exceptions
@@ -33,12 +36,11 @@ from .errors import (
     Unavailable,
 )
 from .http import (
-    CONTENT_LENGTH_RE,
     ID_RE,
     IDEMPOTENCY_KEY_RE,
-    MAX_BODY_BYTES,
     application_error_response,
     body_of,
+    declared_length,
     error_body,
     json_response,
     shopper_id,
@@ -80,10 +82,10 @@ class ShopperApi(APIView):
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         super().initial(request, *args, **kwargs)
         add_log_fields(shopper=self.user_id)
-        length = request.META.get("CONTENT_LENGTH") or "0"
-        if CONTENT_LENGTH_RE.fullmatch(length) is None:
+        length = declared_length(request.META.get("CONTENT_LENGTH") or "0")
+        if length is None:
             raise BadRequest("Bad Content-Length.")
-        if int(length) > MAX_BODY_BYTES:
+        if length > settings.DATA_UPLOAD_MAX_MEMORY_SIZE:  # 64 KiB: the largest cart the API takes fits
             raise PayloadTooLarge()
 
     @property
@@ -170,6 +172,40 @@ class DatabaseUnavailableMiddleware:
             log.warning("PostgreSQL unavailable for %s %s: %s", request.method, request.path, exception)
             return application_error_response(Unavailable())
         return None
+
+
+class HostCheckMiddleware:
+    """A Host that is not a host name, or not one of DJANGO_ALLOWED_HOSTS, is the contract's JSON 400 on every
+    path (Django answers DisallowedHost with its HTML page, in DEBUG its debug page): checked before any other
+    middleware asks for the host."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        try:
+            request.get_host()
+        except DisallowedHost:
+            return application_error_response(BadRequest("The Host header names no host this service serves."))
+        return self.get_response(request)
+
+
+def bad_request_view(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    return application_error_response(BadRequest("Bad request."))
+
+
+def safe_methods_only(view: Callable[[HttpRequest], HttpResponse]) -> Callable[[HttpRequest], HttpResponse]:
+    """A service endpoint's view: GET and HEAD; any other method is the contract's JSON 405 (Django answered
+    them with its HTML CSRF page, and TRACE as GET)."""
+
+    @functools.wraps(view)
+    def safe_only(request: HttpRequest) -> HttpResponse:
+        if request.method not in ("GET", "HEAD"):
+            return json_response(body_of(405, PROTOCOL_SLUGS[405], f'Method "{request.method}" not allowed.'), 405,
+                                 {"Allow": "GET, HEAD"})
+        return view(request)
+
+    return csrf_exempt(safe_only)
 
 
 def not_found_view(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:

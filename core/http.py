@@ -18,7 +18,16 @@ from .errors import ApplicationError, BadRequest, PayloadTooLarge, Unauthenticat
 ID_RE = re.compile(r"[1-9][0-9]{0,17}")  # a positive id that fits PostgreSQL's bigint
 IDEMPOTENCY_KEY_RE = re.compile(r"[\x20-\x7e]{1,255}")  # 1-255 printable ASCII characters
 MAX_BODY_BYTES = 16 * 1024
-CONTENT_LENGTH_RE = re.compile(r"[0-9]{1,12}")  # ASCII digits only: str.isdigit() admits '²' and '٢'
+CONTENT_LENGTH_RE = re.compile(r"[0-9]+")  # ASCII digits only: str.isdigit() admits '²' and '٢'
+_LONGEST_LENGTH = 12  # digits: a Content-Length longer is above every body limit (and int() of 5,000 digits raises)
+
+
+def declared_length(text: str) -> int | None:
+    """A Content-Length's value, or None when the text is none (RFC 9110 8.6: 1*DIGIT); beyond 12 digits
+    10**12, above every limit (a 413 like any body too large, not a 400)."""
+    if CONTENT_LENGTH_RE.fullmatch(text) is None:
+        return None
+    return int(text) if len(text) <= _LONGEST_LENGTH else 10**_LONGEST_LENGTH
 
 
 def body_of(code: int, status: str, detail: str = "", **extra: Any) -> dict[str, Any]:
@@ -79,10 +88,9 @@ def json_object_body(request: HttpRequest, *, allow_empty: bool = True) -> dict[
 def json_object_of(meta: Mapping[str, Any], read_body: Callable[[], bytes], *, allow_empty: bool = True
                    ) -> dict[str, Any]:
     """json_object_body() on a WSGI environ and a function that reads the body (called once, if at all)."""
-    length_text = meta.get("CONTENT_LENGTH") or "0"
-    if CONTENT_LENGTH_RE.fullmatch(length_text) is None:
+    length = declared_length(meta.get("CONTENT_LENGTH") or "0")
+    if length is None:
         raise BadRequest("Bad Content-Length.")
-    length = int(length_text)
     if length > MAX_BODY_BYTES:
         raise PayloadTooLarge()
     if length == 0 and "chunked" not in (meta.get("HTTP_TRANSFER_ENCODING") or "").lower():

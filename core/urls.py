@@ -5,14 +5,14 @@ from django.urls import path, re_path
 from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from .api import not_found_view
+from .api import not_found_view, safe_methods_only
 from .health import healthz, readyz
 from .metrics import metrics
 
 urlpatterns = [
-    path("healthz", healthz, name="healthz"),
-    path("readyz", readyz, name="readyz"),
-    path("metrics", metrics, name="metrics"),
+    path("healthz", safe_methods_only(healthz), name="healthz"),
+    path("readyz", safe_methods_only(readyz), name="readyz"),
+    path("metrics", safe_methods_only(metrics), name="metrics"),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
     re_path(r"^api/", csrf_exempt(not_found_view)),  # last: what no app's /api/v1/ route matched

@@ -23,7 +23,7 @@ import orjson
 
 from webserver.interface import JSON_HEADERS, Application, Request, Response, error_response, wsgi_path
 
-from .http import CONTENT_LENGTH_RE, body_of
+from .http import body_of, declared_length
 from .logs import request_id_or_new
 
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -92,9 +92,9 @@ class DjangoThreads:
 
     async def answer(self, request: Request) -> Response:
         meta = headers_environ(request.headers, request.client)
-        length = meta.get("CONTENT_LENGTH")
+        length = declared_length(meta.get("CONTENT_LENGTH") or "0")
         if len(request.body) > self.body_limit or (  # a chunked body over the limit, or one the server never read
-                length is not None and CONTENT_LENGTH_RE.fullmatch(length) and int(length) > self.body_limit):
+                length is not None and length > self.body_limit):
             # Refused here for every view: Django would see an empty body (a form without its CSRF token: 403)
             return error_response(413, "payload_too_large", "The request body is too large.")
         meta.setdefault("CONTENT_LENGTH", str(len(request.body)))  # a chunked body, now read whole
@@ -286,11 +286,11 @@ async def read_body(receive: Receive, headers: Iterable[tuple[bytes, bytes]], li
             chunked = True
     expected = -1  # unknown: read until the last message
     if length is not None:
-        text = length.decode("latin-1")
-        if CONTENT_LENGTH_RE.fullmatch(text) is None or int(text) > limit:
+        declared = declared_length(length.decode("latin-1"))
+        if declared is None or declared > limit:
             return b""
         if not chunked:  # both: the server reads it as chunked, so do we
-            expected = int(text)
+            expected = declared
             if expected == 0:
                 return b""
     received = b""

@@ -74,6 +74,10 @@ def cases() -> list[Any]:
         pytest.param("post", "/api/v1/campaigns/{cid}/claim", {}, "{" + '"a":1,' * 5000 + '"b":1}',
                      "application/json", (413,), id="claim-too-large"),
         pytest.param("put", "/api/v1/campaigns/{cid}/claim", {}, "", "application/json", (405,), id="claim-put"),
+        pytest.param("post", "/api/v1/campaigns/{cid}/claim", {"CONTENT_LENGTH": "1" + "0" * 12}, "{}",
+                     "application/json", (413,), id="claim-13-digit-length"),
+        pytest.param("post", "/api/v1/carts/validate", {"CONTENT_LENGTH": "9" * 4400}, "{}", "application/json",
+                     (413,), id="validate-4400-digit-length"),
     ]
     # coupons: codes, bodies
     for bad in INJECTIONS[:6]:

@@ -77,6 +77,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "core.http.ForwardedHeadersMiddleware",
     "core.logs.RequestIdMiddleware",
+    "core.api.HostCheckMiddleware",
     "core.api.DatabaseUnavailableMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",

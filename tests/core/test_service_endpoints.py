@@ -189,3 +189,29 @@ def test_a_served_request_after_the_database_dropped_every_connection_reconnects
     after = [get() for _ in range(80)]
 
     assert set(after) <= {200, 503} and after[-20:] == [200] * 20, after
+
+
+@pytest.mark.parametrize("path", ["/healthz", "/readyz", "/metrics"])
+@pytest.mark.parametrize("method", ["post", "put", "patch", "delete", "trace"])
+def test_a_service_endpoint_answers_other_methods_than_get_with_the_json_405(client, path, method) -> None:
+    # when (it was Django's HTML CSRF page, and TRACE answered as GET)
+    response = getattr(client, method)(path)
+
+    # then
+    assert (response.status_code, response["Content-Type"]) == (405, "application/json")
+    assert response.json()["status"] == "method_not_allowed" and response["Allow"] == "GET, HEAD"
+
+
+@pytest.mark.parametrize("host", ["a b", "x,y", "a/b", "é.com", "elsewhere.example"])
+@pytest.mark.parametrize("debug", [False, True])
+@pytest.mark.parametrize("path", ["/api/v1/campaigns", "/readyz", "/api/nope"])
+def test_a_host_that_is_no_host_of_ours_is_the_json_400(client, settings, host, debug, path) -> None:
+    # given: the hosts production would allow (a name that is no host name is refused whatever they are)
+    settings.ALLOWED_HOSTS, settings.DEBUG = ["testserver", "127.0.0.1"], debug
+
+    # when (Django answered with its HTML 400 page, in DEBUG its debug page)
+    response = client.get(path, HTTP_HOST=host)
+
+    # then
+    assert (response.status_code, response["Content-Type"]) == (400, "application/json")
+    assert response.json()["status"] == "invalid_request"

@@ -104,6 +104,20 @@ def test_validate_answers_each_usable_coupon_with_its_line_shares_and_the_best_s
     assert [row_of(c)[0] for c in (fixed, tea)] == [CouponStatus.ACTIVE, CouponStatus.ACTIVE]  # nothing changed
 
 
+def test_the_largest_cart_the_rules_allow_is_validated_and_reserved(client, live_campaign) -> None:
+    # Given a coupon and a cart of 100 lines whose sku and category are 64 characters each (~19 KB of JSON: the
+    # limit was the claim's 16 KiB, not the documented 64 KiB of every other endpoint)
+    coupon = plain_coupon(live_campaign(**RULE))
+    lines = [{"sku": f"{n:03d}".ljust(64, "S"), "category": "C" * 64, "quantity": 1, "unit_price": "10.00"}
+             for n in range(100)]
+    assert len(json.dumps({"currency": "CNY", "lines": lines, "codes": [coupon.code]})) > 16 * 1024
+
+    # When it is validated and reserved, Then both answer as for any cart
+    assert entry(validate(client, lines, codes=[coupon.code]), coupon.code)["discount"] == "50.00"
+    reserved = use(client, coupon, "reserve", lines=lines).json()
+    assert (reserved["status"], reserved["discount"], reserved["payable"]) == ("reserved", "50.00", "950.00")
+
+
 def test_validate_answers_each_refusal_by_its_slug(client, live_campaign) -> None:
     # given
     shoes = issued_coupon(live_campaign, "alice", **RULE, include_categories=["shoes"])

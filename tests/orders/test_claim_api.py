@@ -348,9 +348,8 @@ def test_a_deeply_nested_json_body_is_a_bad_request_not_a_server_error(client, l
     assert state(campaign) == before
 
 
-@pytest.mark.parametrize(
-    "content_length", ["\u00b2", "9" * 5000, "\u0662"], ids=["superscript", "5000-digits", "arabic-indic"]
-)
+@pytest.mark.parametrize("content_length", ["\u00b2", "\u0662", "1e3", "-1"],
+                         ids=["superscript", "arabic-indic", "exponent", "negative"])
 def test_a_content_length_that_is_not_ascii_digits_is_a_bad_request(client, live_campaign, content_length) -> None:
     # given
     campaign = live_campaign()
@@ -365,6 +364,21 @@ def test_a_content_length_that_is_not_ascii_digits_is_a_bad_request(client, live
 
     # then
     assert_contract_error(response, 400, "invalid_request")
+    assert state(campaign) == before
+
+
+@pytest.mark.parametrize("content_length", ["1" + "0" * 12, "9" * 5000])
+def test_a_content_length_of_more_digits_than_any_limit_is_too_large(client, live_campaign, content_length) -> None:
+    campaign = live_campaign()
+    before = state(campaign)
+    client.raise_request_exception = False
+
+    response = client.post(
+        claim_url(campaign.pk), data="{}", content_type="application/json", CONTENT_LENGTH=content_length,
+        **shopper_headers("alice"),
+    )
+
+    assert_contract_error(response, 413, "payload_too_large")
     assert state(campaign) == before
 
 

@@ -17,6 +17,15 @@ class CampaignOver(ApplicationError):
     message = "The campaign ended more than the grace period ago; there is nothing to load into Redis."
 
 
+class CampaignDraft(ApplicationError):
+    """A draft is never loaded into Redis (shoppers can't see it, so they must not claim it either)."""
+
+    http_status = 409
+    code = 409
+    status = "campaign_draft"
+    message = "The campaign is a draft: publish it first (publishing loads it into Redis)."
+
+
 class InvalidCampaign(ApplicationError):
     """A campaign definition an operator gave is not valid; `errors` maps field -> messages."""
 

@@ -20,7 +20,7 @@ from core.errors import Unavailable
 from core.locks import AdvisoryLock
 
 from . import redis_state
-from .errors import CampaignOver, CampaignStateLost, InvalidCampaign
+from .errors import CampaignDraft, CampaignOver, CampaignStateLost, InvalidCampaign
 from .models import Audience, Campaign, CampaignEvent, CampaignEventType, CampaignKind, CampaignState, DiscountType
 
 
@@ -219,6 +219,8 @@ def campaign_state_load(campaign: Campaign, *, initial_stock: int | None, last_l
 
 def _preheat(campaign: Campaign) -> PreheatResult:
     first_load = campaign.preheated_at is None
+    if campaign.published_at is None:
+        raise CampaignDraft()
     if keys_expire_at(campaign) <= timezone.now():
         raise CampaignOver()
     parts = redis_state.split_stock(campaign.total_stock, campaign.buckets)

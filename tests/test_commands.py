@@ -16,6 +16,7 @@ from coupons.models import Coupon
 from orders import ledger
 from orders.drain import drain_campaign, persist_entries
 from orders.models import Claim
+from tests.conftest import shopper_headers
 
 from .factories import CampaignFactory
 
@@ -179,3 +180,19 @@ def test_preheat_of_a_campaign_long_over_says_so_and_loads_nothing() -> None:
     with pytest.raises(CommandError, match="ended more than the grace period ago"):
         run("preheat", str(campaign.pk))
     assert redis_client().dbsize() == 0
+
+
+def test_preheat_of_a_draft_says_so_and_loads_nothing(client) -> None:
+    # Given a draft (never published): the API does not show it
+    campaign = CampaignFactory(published_at=None)
+
+    # When an operator preheats it
+    with pytest.raises(CommandError, match="is a draft: publish it first"):
+        run("preheat", str(campaign.pk))
+
+    # Then nothing is in Redis, and a claim is the 404 of an unknown campaign (it was claimed, and issued)
+    assert redis_client().dbsize() == 0
+    claim = client.post(f"/api/v1/campaigns/{campaign.pk}/claim", data="{}", content_type="application/json",
+                        **shopper_headers("alice"))
+    assert (claim.status_code, claim.json()["status"]) == (404, "not_found")
+    assert redis_client().get(campaign_keys(campaign.pk).stock) is None

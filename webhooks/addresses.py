@@ -5,7 +5,8 @@ unspecified ranges are refused, for IPv4 and IPv6 alike, IPv4 addresses inside I
 64:ff9b::/96, 6to4, Teredo) judged as the IPv4 address they carry. Checked when an endpoint is registered and
 again at every delivery, against what the name resolves to then; the delivery connects to an address it
 checked (no second lookup between the check and the connection: no DNS rebinding). settings
-COUPONS_WEBHOOK_ALLOW_PRIVATE (development and tests) lets private addresses through.
+COUPONS_WEBHOOK_ALLOW_PRIVATE (development and tests; production refuses it) lets loopback and private addresses
+through, nothing else.
 """
 from __future__ import annotations
 
@@ -83,6 +84,11 @@ def address_refusal(ip: IPAddress) -> str | None:
     return None
 
 
+# What COUPONS_WEBHOOK_ALLOW_PRIVATE lets through: loopback and private addresses, never link-local (the cloud
+# metadata service), multicast, unspecified (0.0.0.0 reaches this machine) or reserved ones.
+_PRIVATE = ("loopback", "private")
+
+
 def _allow_private() -> bool:
     return bool(getattr(settings, "COUPONS_WEBHOOK_ALLOW_PRIVATE", False))
 
@@ -108,11 +114,10 @@ def checked_addresses(target: Target) -> list[IPAddress]:
             ip = ipaddress.ip_address(str(info[4][0]).partition("%")[0])
             if ip not in found:
                 found.append(ip)
-    if not _allow_private():
-        for ip in found:
-            why = address_refusal(ip)
-            if why is not None:
-                raise Refused(gettext("The host %(host)s resolves to %(ip)s, a %(why)s address.")
+    for ip in found:
+        why = address_refusal(ip)
+        if why is not None and not (why in _PRIVATE and _allow_private()):
+            raise Refused(gettext("The host %(host)s resolves to %(ip)s, a %(why)s address.")
                               % {"host": target.host, "ip": ip, "why": why})
     return found
 

@@ -18,6 +18,9 @@ for _name, _value, _default in (
         raise ImproperlyConfigured(f"{_name} must be set to a secret of at least 32 characters in production.")
 if not env("REDIS_URL"):
     raise ImproperlyConfigured("REDIS_URL must be set in production.")
+if COUPONS_WEBHOOK_ALLOW_PRIVATE:  # noqa: F405
+    raise ImproperlyConfigured("COUPONS_WEBHOOK_ALLOW_PRIVATE is for development and tests: production sends "
+                               "webhooks to public addresses only.")
 if any(host == "*" or host.startswith("*") for host in ALLOWED_HOSTS):  # noqa: F405
     # Django builds absolute links (admin, password reset, redirects) from the request's Host.
     raise ImproperlyConfigured("DJANGO_ALLOWED_HOSTS must name the service's hosts in production, not a wildcard.")

@@ -34,6 +34,7 @@ def run_with_production_settings(env_changes: dict[str, str | None], *args: str)
         ({"COUPONS_TOKEN_SECRET": None}, "COUPONS_TOKEN_SECRET"),
         ({"COUPONS_TOKEN_SECRET": "short"}, "COUPONS_TOKEN_SECRET"),
         ({"REDIS_URL": None}, "REDIS_URL"),
+        ({"COUPONS_WEBHOOK_ALLOW_PRIVATE": "true"}, "COUPONS_WEBHOOK_ALLOW_PRIVATE"),
     ],
 )
 def test_production_settings_refuse_to_start_with_a_default_or_missing_secret(changes, named) -> None:

@@ -51,6 +51,20 @@ def test_urls_to_private_addresses_are_refused_with_the_setting_off(url, setting
     assert not WebhookEndpoint.objects.exists()
 
 
+@pytest.mark.parametrize("url", ["http://169.254.169.254/latest/meta-data/", "http://[fe80::1]/hook",
+                                 "http://0.0.0.0:9911/hook", "http://224.0.0.1/hook", "http://[::ffff:169.254.1.1]/h"])
+def test_the_private_setting_lets_no_link_local_multicast_or_unspecified_address_through(url, settings) -> None:
+    # Given the development setting that lets loopback and private addresses through
+    settings.COUPONS_WEBHOOK_ALLOW_PRIVATE = True
+    # Then the metadata service, link-local, multicast and 0.0.0.0 stay refused (all were let through)
+    with pytest.raises(Refused):
+        endpoint_add(url=url, secret=SECRET)
+    assert not WebhookEndpoint.objects.exists()
+    # And what the setting is for still goes
+    assert endpoint_add(url="http://127.0.0.1:9/h", secret=SECRET) and endpoint_add(url="http://10.0.0.5/h",
+                                                                                    secret=SECRET)
+
+
 def resolving(monkeypatch, names: dict[str, str]) -> None:
     real = socket.getaddrinfo
 

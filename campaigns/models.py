@@ -243,7 +243,9 @@ class Campaign(models.Model):
             errors["ends_at"] = gettext("The campaign must end after it starts.")
         if self.buckets != 1 and self.kind != CampaignKind.GRAB:
             errors["buckets"] = gettext("Only a grab campaign's stock can be split into buckets.")
-        if self.discount_type == DiscountType.PERCENT and self.discount_value and self.discount_value > 100:
+        if self.discount_value is not None and self.discount_value <= 0:
+            errors["discount_value"] = gettext("A discount is more than 0.")
+        elif self.discount_type == DiscountType.PERCENT and self.discount_value and self.discount_value > 100:
             errors["discount_value"] = gettext("A percentage discount is at most 100.")
         if (self.valid_until is None) == (self.valid_days is None):
             errors["valid_days"] = gettext("Give either an absolute validity (valid until) or a number of days, "

@@ -68,6 +68,8 @@ def test_campaign_create_reads_naive_times_in_the_operators_zone() -> None:
         (["--stock", "-1"], "--stock"),
         (["--ends", "2000-01-01T00:00"], "end after it starts"),
         (["--discount", "120%"], "at most 100"),
+        (["--discount", "0"], "more than 0"),
+        (["--discount", "0%"], "more than 0"),
         (["--discount", "abc"], "--discount"),
         (["--discount", "1.234"], "at most 2 decimals"),
         (["--per-user-limit", "0"], "--per-user-limit"),

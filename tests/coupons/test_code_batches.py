@@ -383,6 +383,19 @@ def test_codes_export_writes_the_csv_on_stdout() -> None:
     assert lines[1].endswith(f",unused,,{batch.pk}")
 
 
+@pytest.mark.django_db
+@pytest.mark.parametrize("kind", ["grab", "shared"])
+def test_codes_export_refuses_a_campaign_without_unique_codes(kind) -> None:
+    # Given a grab campaign, or a codes campaign with a shared code (codes_generate and codes_import refuse both)
+    campaign = CampaignFactory() if kind == "grab" else CampaignFactory(kind="codes", code="SAVE50")
+
+    # When an operator exports its codes, Then it is refused (it was an empty CSV and exit 0)
+    out = io.StringIO()
+    with pytest.raises(CommandError, match="grab campaign|shared code"):
+        call_command("codes_export", str(campaign.pk), stdout=out, stderr=io.StringIO())
+    assert out.getvalue() == ""
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Import
 

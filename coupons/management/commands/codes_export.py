@@ -10,7 +10,8 @@ from django.utils.translation import gettext_lazy as _
 
 from campaigns.models import Campaign
 from core.commands import OperatorCommand
-from coupons.code_batches import unique_codes_csv
+from core.errors import ApplicationError
+from coupons.code_batches import check_codes_campaign, unique_codes_csv
 from coupons.models import CodeBatch
 
 
@@ -27,6 +28,10 @@ class Command(OperatorCommand):
         campaign = Campaign.objects.filter(pk=opts["campaign"]).first()
         if campaign is None:
             raise CommandError(gettext("No campaign #%(id)s.") % {"id": opts["campaign"]})
+        try:
+            check_codes_campaign(campaign)  # a grab campaign or a shared code has no unique codes to export
+        except ApplicationError as exc:
+            raise CommandError(exc.message) from exc
         if opts["batch"] is not None and not CodeBatch.objects.filter(pk=opts["batch"], campaign=campaign).exists():
             raise CommandError(gettext("--batch: campaign #%(campaign)s has no batch #%(batch)s.")
                                % {"campaign": campaign.pk, "batch": opts["batch"]})

@@ -319,6 +319,19 @@ class _Script:
             log.warning("%s: %s; it holds on the master", self.name, exc)
             return exc.reply
 
+    def each(self, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
+        """Run the script once for each (keys, args), in one pipelined round trip (each run atomic on its own,
+        not the runs together), with replica acks as one call's; NotAcknowledged's reply is all the replies."""
+        def send(command: str, body: str) -> list[Any]:
+            pipe = self.client.pipeline(transaction=False)
+            for keys, args in calls:
+                pipe.execute_command(command, body, len(keys), *keys, *args)
+            return replicated(pipe)
+        try:
+            return send("EVALSHA", self.sha)
+        except redis.exceptions.NoScriptError:  # Redis lost its scripts: send it whole (a rare pipeline)
+            return send("EVAL", cast(str, self.script))
+
 
 def replicated(pipe: Any) -> list[Any]:
     """Execute a pipeline (not a MULTI); with replica acks, WAIT after its commands on the same connection and
@@ -1178,6 +1191,26 @@ def run_code_take(*, campaign_id: int, user_id: str, member: str) -> TakeCode:
                                                 args=[user_id, member])))
     except redis.RedisError as exc:
         raise StoreUnavailable(str(exc)) from exc
+
+
+def run_code_takes(takes: list[tuple[int, str, str]]) -> list[TakeCode]:
+    """run_code_take for each (campaign id, user id, member), in one pipelined round trip a campaign (one hash
+    slot: with replica acks its WAIT confirms them all), each take atomic on its own, not the takes together.
+    Raise StoreUnavailable (some may have been taken: give them back)."""
+    by_campaign: dict[int, list[int]] = {}
+    for n, (campaign_id, _, _) in enumerate(takes):
+        by_campaign.setdefault(campaign_id, []).append(n)
+    answers: list[TakeCode] = [TakeCode.NO_STATE] * len(takes)
+    try:
+        for campaign_id, indexes in by_campaign.items():
+            keys = campaign_keys(campaign_id)
+            replies = scripts().code_take.each([([keys.meta, keys.uses, keys.users, keys.takes], list(takes[n][1:]))
+                                                for n in indexes])
+            for n, reply in zip(indexes, replies, strict=True):
+                answers[n] = TakeCode(int(reply))
+    except redis.RedisError as exc:
+        raise StoreUnavailable(str(exc)) from exc
+    return answers
 
 
 def code_uses_of(campaign_ids: list[int], user_id: str) -> dict[int, tuple[int | None, int]]:

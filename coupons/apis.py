@@ -478,6 +478,7 @@ class CouponUseApi(ShopperApi):
     """Base of redeem, reserve, confirm and release: every answer, errors included, is counted by outcome."""
 
     operation = ""
+    creates_use = False  # reserve and redeem: a shared code's use is written with others' (run_idempotent's apart)
 
     @property
     def ip(self) -> str | None:
@@ -495,7 +496,7 @@ class CouponUseApi(ShopperApi):
         Idempotency-Key (`payload`: what a repeat of the key must match) and the shopper's miss limit."""
         canonical, endpoint = coupon_endpoint(code, self.operation, self.user_id, self.ip)
         return answer_response(run_idempotent(
-            user_id=self.user_id, endpoint=endpoint, key=key, payload=payload,
+            user_id=self.user_id, endpoint=endpoint, key=key, payload=payload, apart=self.creates_use,
             execute=guarded_by_misses(self.user_id, ip=self.ip, execute=lambda: Answer(200, run(canonical).body())),
         ))
 
@@ -504,6 +505,7 @@ class CouponRedeemApi(CouponUseApi):
     """POST /api/v1/coupons/{code}/redeem: use the coupon for an order in one step."""
 
     operation = "redeem"
+    creates_use = True
 
     class InputSerializer(OrderInputSerializer):
         class Meta:
@@ -535,6 +537,7 @@ class CouponReserveApi(CouponUseApi):
     """POST /api/v1/coupons/{code}/reserve: hold the coupon for an order awaiting payment."""
 
     operation = "reserve"
+    creates_use = True
 
     class InputSerializer(OrderInputSerializer):
         hold_seconds = WholeNumberField(

@@ -51,12 +51,13 @@ def coupon_event_payload(coupon: Coupon, event: str, data: dict[str, Any], *, st
     return payload
 
 
-def new_coupon_out_ctes(name: str, event: str, *, source: str, alias: str, data_param: str) -> str:
-    """The outbox CTEs of a statement that writes one new coupon (its id in `alias`.id): its event's webhook
-    whose data is coupon_event_payload's, as the JSON parameter `data_param`, with coupon_id set in SQL."""
+def new_coupon_out_ctes(name: str, event: str, *, source: str, alias: str, data: str) -> str:
+    """The outbox CTEs of a statement that writes new coupons (each one's id in `alias`.id, one per row of
+    `source`): their event's webhook, whose data is coupon_event_payload's as the JSON expression `data`, with
+    coupon_id set in SQL."""
     return outbox_ctes(name, type=OUT[event], source=source, key=f"'coupon:' || {alias}.id",
                        campaign=f"{alias}.campaign_id",
-                       data=f"jsonb_build_object('coupon_id', {alias}.id) || %({data_param})s::jsonb")
+                       data=f"jsonb_build_object('coupon_id', {alias}.id) || {data}")
 
 
 def _coupon_json(alias: str, status: str, extra: str) -> str:

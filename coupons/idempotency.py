@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -76,9 +77,14 @@ def _take_over(record: IdempotencyRecord, digest: str) -> bool:
 
 
 def run_idempotent(
-    *, user_id: str, endpoint: str, key: str | None, payload: dict[str, Any], execute: Callable[[], Answer]
+    *, user_id: str, endpoint: str, key: str | None, payload: dict[str, Any], execute: Callable[[], Answer],
+    apart: bool = False,
 ) -> Answer:
-    """Run `execute` at most once per (user, endpoint, key); replay its stored answer for a repeat."""
+    """Run `execute` at most once per (user, endpoint, key); replay its stored answer for a repeat. `apart`:
+    `execute` commits its effect itself (a reserve or redeem: a shared code's first use is written together
+    with other requests' uses, coupons.services._first_shared_use) and the answer is stored right after it; a
+    process that dies in between leaves the key in flight, and the repeat after STALE_IN_FLIGHT decides again,
+    which for a use gives the same answer (a use is the order's: the same order gets its use back)."""
     if key is None:
         return execute()
     digest = fingerprint(payload)
@@ -97,7 +103,7 @@ def run_idempotent(
         if not _take_over(record, digest):
             raise IdempotencyInFlight()
     try:
-        with transaction.atomic():
+        with nullcontext() if apart else transaction.atomic():
             answer = execute()
             IdempotencyRecord.objects.filter(user_id=user_id, endpoint=endpoint, key=key).update(
                 in_flight=False, response_status=answer.status, response_body=json.dumps(answer.body)

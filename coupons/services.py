@@ -9,7 +9,7 @@ import hashlib
 import json
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -26,6 +26,7 @@ from campaigns.services import campaign_preheat, live_campaign_of_code
 from core.db import prepared_cursor
 from core.errors import ApplicationError, NotFound, Unavailable
 from core.locks import AdvisoryLock
+from core.together import Together
 from webhooks.outbox import delivery_trigger
 
 from .codes import new_codes, normalize_code
@@ -658,101 +659,195 @@ def _shared_use(campaign: Campaign, user_id: str, order_id: str, decide: Decide,
 
 _COUPON, _EVENT = Coupon._meta.db_table, CouponEvent._meta.db_table
 
-# The first use's locks, in _shared_use's order (the use's, then the order's), and whether the shopper owns a
-# coupon of that code (then path (a) decides, not this one).
-_FIRST_USE_LOCKS = f"""SELECT pg_advisory_xact_lock(%s, hashtext(%s)), pg_advisory_xact_lock(%s, hashtext(%s)),
-       EXISTS (SELECT 1 FROM {_COUPON} WHERE code = %s AND user_id = %s)"""
+# A batch of first uses (_write_first_uses), its three statements. The locks of each use, in _shared_use's order
+# (the use's, then the order's), without waiting: a use whose locks another request holds is decided alone.
+_FIRST_USES_LOCKS = """SELECT i.n FROM jsonb_to_recordset(%s::jsonb) AS i (n int, use text, ord text)
+WHERE pg_try_advisory_xact_lock(%s, hashtext(i.use)) AND pg_try_advisory_xact_lock(%s, hashtext(i.ord))"""
+
+# Read after the locks (a statement of its own: its snapshot follows them): the uses this path may write, those
+# whose shopper owns no coupon of that code (path (a) decides), whose order holds or used no other coupon (its
+# coupons then change the pricing) and whose coupon does not exist (the claim id is taken: not a first use).
+_FIRST_USES_FREE = f"""SELECT i.n
+FROM jsonb_to_recordset(%s::jsonb) AS i (n int, code text, usr text, ord text, claim text)
+WHERE NOT EXISTS (SELECT 1 FROM {_COUPON} c WHERE c.code = i.code AND c.user_id = i.usr)
+  AND NOT EXISTS (SELECT 1 FROM {_COUPON} o WHERE o.user_id = i.usr AND o.order_id = i.ord
+                  AND (o.status = 'redeemed' OR o.status = 'held' AND o.hold_until > %s))
+  AND NOT EXISTS (SELECT 1 FROM {_COUPON} c WHERE c.claim_id = i.claim)"""
 
 
-def _first_use_sql(event: str) -> str:
-    """The first use's coupon in its state after `event`, its issued event and `event`, their webhooks: one
-    statement, which writes nothing when the order holds or used another coupon (read after the order's lock:
-    the order's other coupons then change the pricing) or when the use's coupon exists (claim id taken)."""
-    status = {"redeemed": "redeemed", "reserved": "held"}[event]  # the coupon's status after the event
-    return f"""WITH c AS (
+def _first_uses_sql() -> str:
+    """The uses' coupons in their state after the use, their issued events and use events, their webhooks: one
+    statement for the batch; a coupon whose code is taken after all is not written (ON CONFLICT)."""
+    used = {event: f"(SELECT * FROM w WHERE w.event = '{event}') AS u" for event in ("redeemed", "reserved")}
+    return f"""WITH i AS MATERIALIZED (
+    SELECT * FROM jsonb_to_recordset(%s::jsonb) AS r (
+        code varchar, campaign int, usr varchar, claim varchar, status varchar, valid_from timestamptz,
+        expires_at timestamptz, ord varchar, hold_until timestamptz, order_amount numeric, discount numeric,
+        shares jsonb, redeemed_at timestamptz, issued_at timestamptz, used_at timestamptz, event varchar,
+        source varchar, issued jsonb, used jsonb, issued_out jsonb, used_out jsonb)
+), c AS (
     INSERT INTO {_COUPON} (code, campaign_id, user_id, claim_id, status, valid_from, expires_at, order_id,
                            hold_until, order_amount, discount, shares, redeemed_at, version, created_at, updated_at)
-    SELECT %(code)s, %(campaign)s, %(user)s, %(claim)s, '{status}', %(valid_from)s, %(expires_at)s, %(order)s,
-           %(hold_until)s, %(order_amount)s, %(discount)s, %(shares)s::jsonb, %(redeemed_at)s, 2, %(issued_at)s,
-           %(used_at)s
-    WHERE NOT EXISTS (SELECT 1 FROM {_COUPON} o WHERE o.user_id = %(user)s::varchar AND o.order_id = %(order)s::varchar
-                      AND (o.status = 'redeemed' OR o.status = 'held' AND o.hold_until > %(now)s))
+    SELECT code, campaign, usr, claim, status, valid_from, expires_at, ord, hold_until, order_amount, discount,
+           shares, redeemed_at, 2, issued_at, used_at FROM i
     ON CONFLICT DO NOTHING
-    RETURNING id, campaign_id
+    RETURNING id, campaign_id, claim_id
+), w AS (
+    SELECT c.id, c.campaign_id, i.* FROM c JOIN i ON i.claim = c.claim_id
 ), events AS (
     INSERT INTO {_EVENT} (coupon_id, campaign_id, type, data, source, created_at)
-    SELECT c.id, c.campaign_id, v.type, v.data::jsonb, %(source)s, v.at
-    FROM c, (VALUES (1, 'issued', %(issued)s, %(issued_at)s::timestamptz),
-                    (2, '{event}', %(used)s, %(used_at)s::timestamptz)) AS v (n, type, data, at)
-    ORDER BY v.n
-){new_coupon_out_ctes("issued_out", "issued", source="c", alias="c", data_param="issued_out")}{
-        new_coupon_out_ctes("used_out", event, source="c", alias="c", data_param="used_out")}
-SELECT c.id, (SELECT count(*) FROM issued_out) + (SELECT count(*) FROM used_out) FROM c"""
+    SELECT w.id, w.campaign_id, v.type, v.data, w.source, v.at
+    FROM w CROSS JOIN LATERAL (VALUES (1, 'issued', w.issued, w.issued_at),
+                                      (2, w.event, w.used, w.used_at)) AS v (n, type, data, at)
+    ORDER BY w.id, v.n
+){new_coupon_out_ctes("issued_out", "issued", source="w", alias="w", data="w.issued_out")}{
+        new_coupon_out_ctes("redeemed_out", "redeemed", source=used["redeemed"], alias="u", data="u.used_out")}{
+        new_coupon_out_ctes("reserved_out", "reserved", source=used["reserved"], alias="u", data="u.used_out")}
+SELECT w.claim, w.id, (SELECT count(*) FROM issued_out) + (SELECT count(*) FROM redeemed_out)
+                      + (SELECT count(*) FROM reserved_out) FROM w"""
 
 
-_FIRST_USE_SQL: dict[str, str] = {event: _first_use_sql(event) for event in ("redeemed", "reserved")}
+_FIRST_USES_SQL = _first_uses_sql()
+
+
+@dataclass
+class _FirstUse:
+    """One order's first use of a live shared code, checked and priced (on an order with no other coupon):
+    what _write_first_uses writes if its locks and the order allow, and its answer."""
+
+    campaign: Campaign
+    typed: str  # the code as typed (canonical)
+    coupon: Coupon
+    change: Change
+    now: datetime
+    source: str
+    answer: Callable[[Coupon], UseOutcome]
+
+    @property
+    def lock(self) -> str:  # the use's lock (_use_prefix)
+        return self.coupon.claim_id[:-1]
+
+    @property
+    def order_lock(self) -> str:
+        return f"{self.coupon.user_id}\n{self.change.fields['order_id']}"
+
+    def row(self) -> dict[str, Any]:
+        coupon, change, campaign = self.coupon, self.change, self.campaign
+        fields = {"hold_until": None, "redeemed_at": None, **change.fields}
+        return {
+            "code": coupon.code, "campaign": campaign.pk, "usr": coupon.user_id, "claim": coupon.claim_id,
+            "status": change.to, "valid_from": jsonable(coupon.valid_from), "expires_at": jsonable(coupon.expires_at),
+            "ord": fields["order_id"], "hold_until": jsonable(fields["hold_until"]),
+            "order_amount": str(fields["order_amount"]), "discount": str(fields["discount"]),
+            "shares": fields["shares"], "redeemed_at": jsonable(fields["redeemed_at"]),
+            "issued_at": jsonable(self.now), "used_at": jsonable(timezone.now()), "event": change.event,
+            "source": self.source, "issued": {"code": campaign.code, "order_id": fields["order_id"]},
+            "used": {k: jsonable(v) for k, v in change.data.items()},
+            "issued_out": _out_data(coupon, "issued", {"shared_code": campaign.code,
+                                                      "order_id": fields["order_id"]}, "active"),
+            "used_out": _out_data(coupon, change.event, change.data, change.to),
+        }
+
+    def written(self, pk: int) -> UseOutcome:
+        coupon = self.coupon
+        coupon.pk, coupon.status, coupon.version = pk, self.change.to, 2
+        for name, value in {"hold_until": None, "redeemed_at": None, **self.change.fields}.items():
+            setattr(coupon, name, value)
+        return self.answer(coupon)
 
 
 def _first_shared_use(campaign: Campaign, code: str, user_id: str, order: Order, first_use: FirstUse, *,
                       source: str) -> UseOutcome | None:
-    """The order's first use of a live shared code, in few round trips: the locks (one statement), the same
-    checks as every use (`first_use`'s plan, on an order that holds no other coupon), the coupon written in its
-    final state with both events and their webhooks (one statement), the take in Redis, the commit. Return
-    None when this is not the order's first use or it would not pass (an own coupon of that code, another
-    coupon on the order, a use of the code for it already, a refusal of the checks): _shared_use decides."""
+    """The order's first use of a live shared code, written together with this process's other first uses of
+    the moment (_FIRST_USES: one transaction, three statements and one Redis round trip a batch, not a
+    transaction and a round trip a use): the same checks as every use (`first_use`'s plan, on an order that
+    holds no other coupon). Return None when this is not the order's first use or it would not pass (an own
+    coupon of that code, another coupon on the order, a use of the code for it already, a refusal of the
+    checks, its locks held by another request, a campaign not live in Redis): _shared_use decides. A caller
+    inside a transaction writes its use alone, in it."""
+    if campaign.audience == Audience.NEW:
+        return None  # its check reads the shopper's other coupons under a lock of its own: _shared_use
     plan, answer = first_use
-    prefix = _use_prefix(campaign.pk, user_id, order.order_id)
-    taken: Coupon | None = None
+    now = timezone.now()
+    valid_from, expires_at = campaign.coupon_validity(now)
+    coupon = Coupon(code=new_codes(1)[0], campaign=campaign, user_id=user_id,
+                    claim_id=f"{_use_prefix(campaign.pk, user_id, order.order_id)}0",
+                    valid_from=valid_from, expires_at=expires_at)
+    try:
+        change = plan(coupon, now, ())
+    except ApplicationError:
+        return None  # e.g. another currency: answered as the general path does
+    if isinstance(change, UseOutcome):
+        return None
+    use = _FirstUse(campaign=campaign, typed=code, coupon=coupon, change=change, now=now, source=source, answer=answer)
+    if connection.in_atomic_block:
+        return _write_first_uses([use])[0]
+    outcome: UseOutcome | None = _FIRST_USES.run(use)
+    return outcome
+
+
+def _write_first_uses(uses: Sequence[_FirstUse]) -> list[UseOutcome | None]:
+    """Write a batch of first uses in one transaction: their locks (not waited for), which of them this path
+    may write (read after the locks), their takes in Redis (code_take.lua, one pipelined round trip: stock and
+    per-user limit), the coupons of those taken with their events and webhooks (one statement), the commit.
+    One outcome per use: its answer, its refusal (sold out, limit reached), or None (_shared_use decides). A
+    take whose coupon was not written after all is given back."""
+    outcomes: list[UseOutcome | None] = [None] * len(uses)
+    first: dict[str, int] = {}
+    for n, use in enumerate(uses):  # one use an order (the locks are the session's: a second would pass them)
+        first.setdefault(use.lock, n)
+        first.setdefault(use.order_lock, n)
+    alone = [n for n, use in enumerate(uses) if first[use.lock] == n and first[use.order_lock] == n]
+    attempted: list[int] = []  # whose takes were sent (given back after a failure: once, so harmless if not taken)
+    taken: list[int] = []
     try:
         with transaction.atomic():
             with prepared_cursor() as cursor:
-                cursor.execute(_FIRST_USE_LOCKS, [AdvisoryLock.CODE_USE, prefix, AdvisoryLock.ORDER_COUPONS,
-                                                  f"{user_id}\n{order.order_id}", code, user_id])
-                row = cursor.fetchone()
-                if row is None or row[2]:
-                    return None
-                now = timezone.now()
-                valid_from, expires_at = campaign.coupon_validity(now)
-                coupon = Coupon(code=new_codes(1)[0], campaign=campaign, user_id=user_id, claim_id=f"{prefix}0",
-                                valid_from=valid_from, expires_at=expires_at)
-                try:
-                    change = plan(coupon, now, ())
-                except ApplicationError:
-                    return None  # e.g. another currency: answered as the general path does
-                if isinstance(change, UseOutcome):
-                    return None
-                fields = {"hold_until": None, "redeemed_at": None, **change.fields}
-                issued_data = {"code": campaign.code, "order_id": order.order_id}
-                cursor.execute(_FIRST_USE_SQL[change.event], {
-                    "code": coupon.code, "campaign": campaign.pk, "user": user_id, "claim": coupon.claim_id,
-                    "valid_from": valid_from, "expires_at": expires_at, "order": order.order_id,
-                    "hold_until": fields["hold_until"], "order_amount": fields["order_amount"],
-                    "discount": fields["discount"], "shares": json.dumps(fields["shares"]),
-                    "redeemed_at": fields["redeemed_at"], "issued_at": now, "used_at": timezone.now(), "now": now,
-                    "source": source, "issued": json.dumps(issued_data),
-                    "used": json.dumps({k: jsonable(v) for k, v in change.data.items()}),
-                    "issued_out": json.dumps(_out_data(coupon, "issued", {"shared_code": campaign.code,
-                                                                           "order_id": order.order_id}, "active")),
-                    "used_out": json.dumps(_out_data(coupon, change.event, change.data, change.to)),
-                })
-                row = cursor.fetchone()
-            if row is None:
-                return None
-            coupon.pk, coupon.status, coupon.version = row[0], change.to, 2
-            for name, value in fields.items():
-                setattr(coupon, name, value)
-            if row[1]:
+                cursor.execute(_FIRST_USES_LOCKS, [json.dumps([
+                    {"n": n, "use": uses[n].lock, "ord": uses[n].order_lock} for n in alone]),
+                    AdvisoryLock.CODE_USE, AdvisoryLock.ORDER_COUPONS])
+                locked = [row[0] for row in cursor.fetchall()]
+                if not locked:
+                    return outcomes
+                cursor.execute(_FIRST_USES_FREE, [json.dumps([
+                    {"n": n, "code": uses[n].typed, "usr": uses[n].coupon.user_id,
+                     "ord": uses[n].change.fields["order_id"], "claim": uses[n].coupon.claim_id} for n in locked]),
+                    min(uses[n].now for n in locked)])
+                free = sorted(row[0] for row in cursor.fetchall())
+                if not free:
+                    return outcomes
+                attempted = free
+                takes = _run_takes([uses[n].coupon for n in free])
+                for n, take in zip(free, takes, strict=True):
+                    if take in (redis_state.TakeCode.TAKEN, redis_state.TakeCode.ALREADY):
+                        taken.append(n)
+                    elif take == redis_state.TakeCode.LIMIT_REACHED:
+                        outcomes[n] = refused(UseCode.LIMIT_REACHED)
+                    elif take == redis_state.TakeCode.SOLD_OUT:
+                        outcomes[n] = refused(UseCode.SOLD_OUT)
+                    # else not live in Redis or no state there: _shared_use's take decides (preheat, 404, 503)
+                if not taken:
+                    return outcomes
+                cursor.execute(_FIRST_USES_SQL, [json.dumps([uses[n].row() for n in taken])])
+                rows = cursor.fetchall()
+            written = {claim: pk for claim, pk, _ in rows}
+            if rows and rows[0][2]:
                 transaction.on_commit(delivery_trigger.request)
-            refusal = _take(campaign, coupon)
-            if refusal is not None:
-                raise _Undone(refusal)
-            taken = coupon
-            return answer(coupon)
-    except _Undone as undone:
-        return undone.outcome  # sold out or the shopper's limit: the coupon is rolled back, nothing was taken
+            for n in taken:
+                pk = written.get(uses[n].coupon.claim_id)
+                if pk is not None:
+                    outcomes[n] = uses[n].written(pk)
+        not_written = [n for n in taken if outcomes[n] is None]
     except BaseException:
-        _give_back_after_failure(taken)
+        for n in attempted:
+            _give_back_after_failure(uses[n].coupon)
         raise
+    for n in not_written:  # a coupon code taken meanwhile (ON CONFLICT): decided again by _shared_use
+        _give_back_after_failure(uses[n].coupon)
+    return outcomes
+
+
+_FIRST_USES: Together[_FirstUse] = Together(_write_first_uses, failed=None)
 
 
 def _out_data(coupon: Coupon, event: str, data: dict[str, Any], status: str) -> dict[str, Any]:
@@ -778,6 +873,13 @@ def _take(campaign: Campaign, coupon: Coupon) -> UseOutcome | None:
     if result == take.NO_STATE:
         raise CampaignStateLost()
     raise NotFound("No such coupon.")  # not started, ended or paused in Redis: the same 404 as PostgreSQL's
+
+
+def _run_takes(coupons: list[Coupon]) -> list[redis_state.TakeCode]:
+    try:
+        return redis_state.run_code_takes([(c.campaign_id, c.user_id, take_member(c)) for c in coupons])
+    except redis_state.StoreUnavailable as exc:
+        raise Unavailable() from exc
 
 
 def _run_take(campaign: Campaign, coupon: Coupon) -> redis_state.TakeCode:

@@ -1,21 +1,24 @@
 """A shared code's first use for an order (coupons.services._first_shared_use, issue 19's performance): the same
-coupon, events, webhooks and answers as the general path, in two statements, and a stale cache of the code's
+coupon, events, webhooks and answers as the general path, in three statements, written together with the other
+first uses of the moment (exact limits, one use an order), and a stale cache of the code's
 campaign can't let a paused code through (Redis's take checks the pause atomically).
 
 Real PostgreSQL and Redis.
 """
 from __future__ import annotations
 
+import threading
 from decimal import Decimal
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 
 from campaigns import pricing, redis_state
 from campaigns.models import Campaign
 from core.errors import NotFound
+from core.locks import AdvisoryLock
 from coupons import services
 from coupons.models import Coupon, CouponEvent
 from coupons.services import Order, coupon_redeem, coupon_reserve
@@ -23,7 +26,8 @@ from webhooks.models import OutboxEvent
 from webhooks.services import endpoint_add
 
 from . import test_shared_codes
-from .test_shared_codes import AMOUNT, assert_balanced, order, uses_left
+from .test_shared_codes import AMOUNT, assert_balanced, order, statuses, uses_left
+from .test_use_concurrency import all_at_once
 
 LINES = (pricing.CartLine(sku="tea", category="drinks", quantity=2, unit_price=Decimal("200.00")),)
 
@@ -87,7 +91,7 @@ def test_a_first_use_writes_and_answers_what_the_general_path_does(shared_code, 
     assert_balanced(campaign)
 
 
-def test_a_first_use_is_two_statements(shared_code, subscribed) -> None:
+def test_a_first_use_is_three_statements(shared_code, subscribed) -> None:
     # Given a live shared code whose campaign this process already read
     shared_code(total_stock=10)
     coupon_redeem(user_id="ann", code="SAVE50", order=order("o-1"))
@@ -96,9 +100,82 @@ def test_a_first_use_is_two_statements(shared_code, subscribed) -> None:
     with CaptureQueriesContext(connection) as queries:
         outcome = coupon_redeem(user_id="bob", code="SAVE50", order=order("o-1"))
 
-    # Then it costs the locks and one write (and the transaction's own statements)
+    # Then it costs the locks, the read after them and one write (and the transaction's own statements)
     statements = [q["sql"] for q in queries.captured_queries if not q["sql"].startswith(("SAVEPOINT", "RELEASE"))]
-    assert outcome.status == "redeemed" and len(statements) == 2, statements
+    assert outcome.status == "redeemed" and len(statements) == 3, statements
+
+
+def batch_sizes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of the batches of first uses this process writes from now on (the real writer, counted)."""
+    sizes: list[int] = []
+    write = services._FIRST_USES._run_batch
+
+    def counted(uses: Any) -> Any:
+        sizes.append(len(uses))
+        return write(uses)
+
+    monkeypatch.setattr(services._FIRST_USES, "_run_batch", counted)
+    return sizes
+
+
+@pytest.mark.django_db(transaction=True)
+def test_first_uses_at_once_are_written_together_and_the_limits_stay_exact(shared_code, subscribed,
+                                                                          monkeypatch) -> None:
+    # Given a shared code of 25 uses, one per shopper, and a webhook endpoint
+    campaign = shared_code(total_stock=25)
+    sizes = batch_sizes(monkeypatch)
+
+    # When 40 shoppers redeem it at the same moment, each from its own thread (its own connection), and one of
+    # them twice for one order, at once
+    jobs = [lambda i=i: coupon_redeem(user_id=f"s-{i}", code="SAVE50", order=order(f"o-{i}")) for i in range(40)]
+    jobs.append(lambda: coupon_redeem(user_id="s-0", code="SAVE50", order=order("o-0")))
+    results = all_at_once(jobs)
+
+    # Then uses were written in batches of more than one, and exactly 25 were used: one coupon, two events and
+    # two webhooks each; the twice-asked order has one use, answered alike both times
+    assert max(sizes) > 1 and sum(sizes) >= 41, sizes
+    assert statuses(results) == {"redeemed": 26, "sold_out": 15} or statuses(results) == {"redeemed": 25,
+                                                                                          "sold_out": 16}
+    assert Coupon.objects.filter(campaign=campaign).count() == 25 and uses_left(campaign) == 0
+    assert CouponEvent.objects.filter(campaign=campaign).count() == 50
+    assert OutboxEvent.objects.filter(campaign_id=campaign.pk).count() == 50
+    twice = [r for r in (results[0], results[-1])]
+    assert twice[0].status == twice[1].status and (twice[0].status != "redeemed" or twice[0].extra == twice[1].extra)
+    assert Coupon.objects.filter(user_id="s-0").count() == (1 if twice[0].status == "redeemed" else 0)
+    assert_balanced(campaign)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_first_use_whose_order_another_request_holds_is_decided_alone_after_it(shared_code, monkeypatch) -> None:
+    # Given a request that holds ann's order o-1 (its lock, in an open transaction of another connection)
+    campaign = shared_code(total_stock=10)
+    sizes = batch_sizes(monkeypatch)
+    held, release = threading.Event(), threading.Event()
+
+    def hold_the_order() -> None:
+        try:
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))",
+                               [AdvisoryLock.ORDER_COUPONS, "ann\no-1"])
+                held.set()
+                release.wait(10)
+        finally:
+            connections.close_all()
+
+    holder = threading.Thread(target=hold_the_order)
+    holder.start()
+    assert held.wait(10)
+    threading.Timer(0.3, release.set).start()
+
+    # When ann redeems the code for that order
+    outcome = coupon_redeem(user_id="ann", code="SAVE50", order=order("o-1"))
+    holder.join(10)
+
+    # Then the batch could not take the order's lock (nothing written, nothing taken by it), and the general
+    # path, waiting for it, used the code once
+    assert sizes == [1] and outcome.status == "redeemed"
+    assert Coupon.objects.filter(campaign=campaign, user_id="ann").count() == 1 and uses_left(campaign) == 9
+    assert_balanced(campaign)
 
 
 def test_asked_again_the_same_use_is_the_same_answer_and_a_second_order_a_new_use(shared_code) -> None:

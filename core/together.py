@@ -1,0 +1,67 @@
+"""Work of this process's threads done together, as a database's group commit does: the first use of a shared
+code (coupons.services) is written in one transaction with the others that arrived meanwhile."""
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, Generic, TypeVar
+
+Item = TypeVar("Item")
+
+log = logging.getLogger(__name__)
+
+_PENDING = object()
+
+
+class _Slot:
+    __slots__ = ("item", "result")
+
+    def __init__(self, item: Any) -> None:
+        self.item = item
+        self.result: Any = _PENDING
+
+
+class Together(Generic[Item]):
+    """A thread hands its item in and gets its result back. When no batch is running, that thread runs one
+    at once, of its item and every item handed in meanwhile (at most `most`), in its own thread (so on its own
+    database connection); otherwise it waits, and the batch running when it arrived, or the next, takes its
+    item. No thread of its own, no timer: a thread alone runs a batch of one without waiting.
+
+    `run_batch(items)` returns one result per item, in order; if it raises, each item's result is `failed`
+    (the callers decide again on their own) and the exception is not passed on."""
+
+    def __init__(self, run_batch: Callable[[Sequence[Item]], Sequence[Any]], *, failed: Any, most: int = 64) -> None:
+        self._run_batch = run_batch
+        self._failed = failed
+        self._most = most
+        self._cond = threading.Condition()
+        self._queue: list[_Slot] = []
+        self._busy = False
+
+    def run(self, item: Item) -> Any:
+        slot = _Slot(item)
+        with self._cond:
+            self._queue.append(slot)
+            while slot.result is _PENDING and self._busy:
+                self._cond.wait()
+            if slot.result is not _PENDING:
+                return slot.result
+            self._busy = True  # this thread runs the next batch: its own item and the oldest of the others
+            others = [s for s in self._queue if s is not slot][: self._most - 1]
+            batch = [slot, *others]
+            taken = set(map(id, batch))
+            self._queue = [s for s in self._queue if id(s) not in taken]
+        results: Sequence[Any] = ()
+        try:
+            results = self._run_batch([s.item for s in batch])
+        except Exception:
+            log.exception("a batch of %d failed: each decides again on its own", len(batch))
+            results = ()
+        finally:
+            with self._cond:
+                for index, waiting in enumerate(batch):
+                    waiting.result = results[index] if index < len(results) else self._failed
+                self._busy = False
+                self._cond.notify_all()
+        return slot.result

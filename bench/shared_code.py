@@ -45,7 +45,10 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--connections", type=int, default=100, help="shoppers at once (threads in all)")
     parser.add_argument("--processes", type=int, default=4)
     parser.add_argument("--stock", type=int, default=20000, help="uses of the code (each mode sells them out)")
-    parser.add_argument("--modes", default="redis,postgres", help="the modes to run, in order (redis,postgres)")
+    parser.add_argument("--modes", default="redis,postgres",
+                        help="the modes to run, in order (redis, postgres; http: the same uses through the web "
+                             "server, the run command's, with an Idempotency-Key each)")
+    parser.add_argument("--workers", type=int, default=2, help="the web server's workers (http mode)")
     parser.add_argument("--rounds", type=int, default=1, help="rounds of every mode, interleaved (1)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)  # "<mode>:<campaign>:<index>:<threads>:<start at>"
     return parser.parse_args()
@@ -125,6 +128,66 @@ def create_campaign(env: dict[str, str], stock: int, code: str) -> int:
     return int(json.loads(out.stdout.decode().strip().splitlines()[-1])["id"])
 
 
+async def _redeem_over_http(port: int, secret: str, connections: int, campaign_id: int) -> dict[str, Any]:
+    """`connections` keep-alive connections to the web server, each redeeming the code for new shoppers (a
+    token, an order and an Idempotency-Key of their own) until it is told sold_out."""
+    import asyncio
+    import hashlib
+    import hmac
+
+    counts = {"redeemed": 0, "sold_out": 0, "other": 0, "errors": 0}
+    last_use = [0.0]
+    expires = str(int(time.time()) + 1800)
+    body = b'{"order_id":"o","order_amount":"350.00","currency":"CNY"}'
+
+    async def shopper_loop(c: int) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        n = 0
+        while True:
+            n += 1
+            user = f"h{campaign_id}-{c}-{n}"
+            sig = hmac.new(secret.encode(), f"{user}.{expires}".encode(), hashlib.sha256).hexdigest()
+            writer.write(f"POST /api/v1/coupons/{CODE}/redeem HTTP/1.1\r\nHost: 127.0.0.1\r\nX-User-Id: {user}\r\n"
+                         f"X-Token: {expires}.{sig}\r\nIdempotency-Key: k-{user}\r\nContent-Type: application/json"
+                         f"\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                          if line.lower().startswith(b"content-length:"))
+            answer = json.loads(await reader.readexactly(length)) if length else {}
+            status = answer.get("status")
+            if status in counts:
+                counts[status] += 1
+                if status == "redeemed":
+                    last_use[0] = time.time()
+            else:
+                counts["other" if head.startswith(b"HTTP/1.1 200") else "errors"] += 1
+            if status == "sold_out":
+                break
+        writer.close()
+
+    await asyncio.gather(*(shopper_loop(c) for c in range(connections)))
+    return {**counts, "last_use": last_use[0]}
+
+
+def _http_round(args: argparse.Namespace, env: dict[str, str], campaign_id: int) -> list[dict[str, Any]]:
+    """Start the run command's web server (`--workers`), redeem through it, stop it: the report of the round,
+    the server's CPU (master and workers) as the round's Python."""
+    import asyncio
+
+    from bench.common import Processes, free_port, http_ok, session_cpu, wait_until, web_argv
+
+    procs, port = Processes(), free_port()
+    try:
+        web = procs.start("web", web_argv(port, args.workers, []), env)
+        wait_until("web", lambda: http_ok(f"http://127.0.0.1:{port}/healthz"), procs)
+        cpu, started = session_cpu(web.proc.pid), time.time()
+        report = asyncio.run(_redeem_over_http(port, env["COUPONS_TOKEN_SECRET"], args.connections, campaign_id))
+        report["cpu"], report["started"] = session_cpu(web.proc.pid) - cpu, started
+        return [report]
+    finally:
+        procs.stop_all()
+
+
 def round_of(mode: str, args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
     import psycopg
 
@@ -141,16 +204,21 @@ def round_of(mode: str, args: argparse.Namespace, env: dict[str, str]) -> dict[s
     per = [args.connections // args.processes + (i < args.connections % args.processes) for i in range(args.processes)]
     start_at = time.time() + 3.0
     with BackendCPU(env["DATABASE_URL"]) as backends:
-        procs = [subprocess.Popen([sys.executable, __file__, "--worker", f"{mode}:{campaign_id}:{i}:{n}:{start_at}"],
-                                  cwd=BASE_DIR, env=env, stdout=subprocess.PIPE) for i, n in enumerate(per)]
-        reports = [json.loads(p.communicate()[0].decode().strip().splitlines()[-1]) for p in procs]
+        if mode == "http":
+            reports = _http_round(args, env, campaign_id)
+            start_at = reports[0]["started"]
+        else:
+            procs = [subprocess.Popen([sys.executable, __file__, "--worker",
+                                       f"{mode}:{campaign_id}:{i}:{n}:{start_at}"],
+                                      cwd=BASE_DIR, env=env, stdout=subprocess.PIPE) for i, n in enumerate(per)]
+            reports = [json.loads(p.communicate()[0].decode().strip().splitlines()[-1]) for p in procs]
     seconds = max(r["last_use"] for r in reports) - start_at
     redeemed = sum(r["redeemed"] for r in reports)
     with psycopg.connect(**connect_params(env["DATABASE_URL"]), autocommit=True) as db:
         rows = db.execute("SELECT count(*) FROM coupons_coupon WHERE campaign_id = %s AND status = 'redeemed'",
                           [campaign_id]).fetchone()
     verified = None
-    if mode == "redis":
+    if mode in ("redis", "http"):
         try:
             run_step("verify_campaign", manage("verify_campaign", str(campaign_id)), env)
             verified = True

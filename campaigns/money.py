@@ -48,6 +48,8 @@ def parse_amount(value: object, currency: str) -> Decimal:
     if isinstance(value, str) and amount_re(places).fullmatch(value) is not None:
         return Decimal(value).quantize(minor_unit(currency))
     # Refused: say why.
+    if isinstance(value, str) and re.fullmatch(r"[1-9][0-9]{12,}(\.[0-9]+)?", value):
+        raise InvalidAmount("order_amount has at most 12 digits before the decimal point.")
     if not isinstance(value, str) or AMOUNT_RE.fullmatch(value) is None:
         raise InvalidAmount('order_amount must be a decimal string such as "350.00" (no sign, no exponent).')
     if Decimal(value) <= 0:

@@ -255,3 +255,10 @@ def test_full_clean_refuses_a_rule_that_cannot_be_applied(fields, field_in_error
 )
 def test_full_clean_accepts_a_sound_rule(fields) -> None:
     CampaignFactory.build(**fields).full_clean()
+
+
+@pytest.mark.parametrize("value", ["1" + "0" * 12, "1" + "0" * 12 + ".00", "9" * 30])
+def test_an_amount_of_more_than_12_whole_digits_is_refused_as_too_long(value) -> None:
+    # (it was refused as malformed: "a decimal string such as 350.00")
+    with pytest.raises(InvalidAmount, match="at most 12 digits before the decimal point"):
+        parse_amount(value, "CNY")

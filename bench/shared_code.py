@@ -1,7 +1,8 @@
 """One shared code typed by 100 shoppers at once (issue 19): uses/s of coupons.services.coupon_redeem with the
 code's uses taken in Redis (code_take.lua, the service as it is) beside the same uses with the limit on one
-PostgreSQL row (the naive way: a conditional UPDATE of one counter row in the use's transaction, so its lock is
-held until the commit), and whether the cap held exactly.
+PostgreSQL row (the naive way: a conditional UPDATE of one counter row for each use in the use's transaction,
+the transaction of the batch of first uses written together, so its lock is held until the commit), and
+whether the cap held exactly.
 
     .venv/bin/python bench/shared_code.py [--connections 100] [--processes 4] [--stock 20000]
 
@@ -80,7 +81,12 @@ def worker(spec: str) -> None:
                     return services.refused(services.UseCode.SOLD_OUT)
             return None
 
+        def takes_on_one_row(coupons: list[Any]) -> list[Any]:  # a batch of first uses: a conditional UPDATE each
+            take = services.redis_state.TakeCode
+            return [take.SOLD_OUT if take_on_one_row(coupon.campaign, coupon) else take.TAKEN for coupon in coupons]
+
         services._take = take_on_one_row  # type: ignore[assignment]
+        services._run_takes = takes_on_one_row  # type: ignore[assignment]
         services._give_back_after_failure = lambda taken: None  # the rollback gives the row's unit back
 
     counts = {"redeemed": 0, "sold_out": 0, "other": 0, "errors": 0}

@@ -17,6 +17,7 @@ from django.test.utils import CaptureQueriesContext
 
 from campaigns import pricing, redis_state
 from campaigns.models import Campaign
+from campaigns.redis_state import campaign_keys, redis_client
 from core.errors import NotFound
 from core.locks import AdvisoryLock
 from coupons import services
@@ -233,3 +234,41 @@ def test_a_first_use_on_an_order_holding_another_coupon_answers_as_the_general_p
 
     # Then both are priced after the order's other coupon: the same answer
     assert (fast.code, fast.status, fast.extra) == (general.code, general.status, general.extra)
+
+
+@pytest.fixture
+def refusing_user(db: Any) -> Any:
+    """A real fault of PostgreSQL's: a trigger that refuses every coupon of the shopper 'refused'."""
+    with connection.cursor() as cursor:
+        cursor.execute("""CREATE OR REPLACE FUNCTION test_refuse_coupon() RETURNS trigger AS $$
+            BEGIN IF NEW.user_id = 'refused' THEN RAISE EXCEPTION 'refused by the test'; END IF; RETURN NEW; END
+            $$ LANGUAGE plpgsql""")
+        cursor.execute("CREATE TRIGGER test_refuse_coupon BEFORE INSERT ON coupons_coupon FOR EACH ROW "
+                       "EXECUTE FUNCTION test_refuse_coupon()")
+    yield
+    with connection.cursor() as cursor:
+        cursor.execute("DROP TRIGGER IF EXISTS test_refuse_coupon ON coupons_coupon")
+        cursor.execute("DROP FUNCTION IF EXISTS test_refuse_coupon()")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_batch_that_fails_gives_its_takes_back_and_each_use_is_decided_alone(shared_code, refusing_user,
+                                                                               monkeypatch) -> None:
+    # Given a shared code of 30 uses, and a shopper whose coupon PostgreSQL refuses
+    campaign = shared_code(total_stock=30)
+    sizes = batch_sizes(monkeypatch)
+
+    # When 20 shoppers and that one redeem it at the same moment
+    users = [f"s-{i}" for i in range(20)] + ["refused"]
+    results = all_at_once([lambda u=u: coupon_redeem(user_id=u, code="SAVE50", order=order(f"o-{u}"))
+                           for u in users])
+
+    # Then a batch holding the refused shopper failed whole, and each of its uses was decided again alone (its
+    # take given back, or adopted by that retry): the 20 got their use, the refused one its error, and exactly
+    # 20 units are gone (without the retry alone, every use of that batch failed with it)
+    assert max(sizes) > 1, sizes
+    assert statuses(results) == {"redeemed": 20, "ProgrammingError": 1} or statuses(results) == {
+        "redeemed": 20, "InternalError": 1}, statuses(results)
+    assert Coupon.objects.filter(campaign=campaign).count() == 20 and uses_left(campaign) == 10
+    assert int(redis_client().hget(campaign_keys(campaign.pk).users, "refused") or 0) == 0
+    assert_balanced(campaign)

@@ -1,7 +1,8 @@
 """Idempotency-Key for the coupon and cancel endpoints, per the IETF draft, kept in PostgreSQL.
 
 The first request with a key claims it (a committed 'in flight' row, so a concurrent twin sees it and gets
-409), runs, and stores its answer in the same transaction as its effect. A repeat with the same request
+409), runs, and stores its answer in the same transaction as its effect (a reserve's or redeem's right after it:
+run_idempotent's `apart`). A repeat with the same request
 replays the answer; with a different request it is 422. Answers that failed before anything was decided
 (400, 401, 404, 503: exceptions) are not stored: the key is free again.
 """

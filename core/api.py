@@ -1,6 +1,6 @@
 """The DRF layer every API module builds on: shopper auth, the base view, the one exception handler, the
-database-down middleware, the JSON error views, the schema of the shared parameters and the schema's error
-answers."""
+database-down and Host-check middlewares, the JSON error views (and the service endpoints' 405), the schema of
+the shared parameters and the schema's error answers."""
 from __future__ import annotations
 
 import functools

@@ -3,6 +3,7 @@ code (coupons.services) is written in one transaction with the others that arriv
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
@@ -35,6 +36,10 @@ class Together(Generic[Item]):
         self._run_batch = run_batch
         self._failed = failed
         self._most = most
+        self._fresh()
+        os.register_at_fork(after_in_child=self._fresh)  # a child forked mid-batch would wait for it forever
+
+    def _fresh(self) -> None:
         self._cond = threading.Condition()
         self._queue: list[_Slot] = []
         self._busy = False

@@ -1,6 +1,8 @@
 """core.together.Together: threads' items run in batches, each thread gets its own result back (real threads)."""
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from collections.abc import Sequence
@@ -63,3 +65,30 @@ def test_a_batch_that_fails_gives_each_item_the_failed_result_and_the_next_batch
     together: Together[int] = Together(run, failed="alone")
     assert together.run(1) == "alone"
     assert together.run(2) == "ok"
+
+
+def test_a_process_forked_while_a_batch_runs_starts_with_none_running() -> None:
+    # Given a batch running in another thread of this process
+
+    started, release = threading.Event(), threading.Event()
+
+    def run(items: Sequence[int]) -> list[int]:
+        if items[0] == 0:
+            started.set()
+            release.wait(10)
+        return [i + 1 for i in items]
+
+    together: Together[int] = Together(run, failed=None)
+    busy = threading.Thread(target=together.run, args=(0,))
+    busy.start()
+    assert started.wait(5)
+
+    # When the process forks, Then the child's own items run (it would wait for the parent's batch forever)
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(5)  # a child that waits for the parent's batch dies of SIGALRM
+        os._exit(0 if together.run(41) == 42 else 1)
+    _, status = os.waitpid(pid, 0)
+    release.set()
+    busy.join(5)
+    assert os.waitstatus_to_exitcode(status) == 0

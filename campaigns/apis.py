@@ -13,13 +13,43 @@ from core.api import id_parameter
 from core.errors import NotFound
 from core.http import parse_id
 
-from .models import Campaign, CampaignState
+from .models import Campaign, CampaignState, DiscountType
+from .money import money_text
 from .selectors import remaining_of, visible_campaigns
+
+
+class AmountInCurrencyField(serializers.DecimalField):
+    """An amount of money in its currency's decimals, as the uses answer it (JPY "999", CNY "350.00"): the
+    campaign's currency is at `campaign` (the attribute path of the campaign from the serialized object, "" for
+    a campaign itself). `rule`: the campaign's discount value, a percentage for a percent discount."""
+
+    def __init__(self, *, campaign: str = "", rule: bool = False, **kwargs: Any) -> None:
+        self.campaign_path = [name for name in campaign.split(".") if name]
+        self.rule = rule
+        super().__init__(max_digits=24, decimal_places=2, **kwargs)
+
+    def get_attribute(self, instance: Any) -> Any:
+        value = super().get_attribute(instance)
+        if value is None:
+            return None
+        campaign = instance
+        for name in self.campaign_path:
+            campaign = getattr(campaign, name)
+        return value, campaign
+
+    def to_representation(self, value: Any) -> Any:
+        amount, campaign = value
+        if self.rule and campaign.discount_type == DiscountType.PERCENT:
+            return super().to_representation(amount)  # a percentage, not an amount
+        return money_text(amount, campaign.currency)
 
 
 class CampaignOutputSerializer(serializers.ModelSerializer):
     state = serializers.ChoiceField(choices=CampaignState.choices)
     remaining = serializers.IntegerField(allow_null=True, help_text="Live stock from Redis; null if unknown.")
+    discount_value = AmountInCurrencyField(rule=True, help_text="An amount off (fixed), or a percentage (percent).")
+    max_discount = AmountInCurrencyField(allow_null=True)
+    min_spend = AmountInCurrencyField()
 
     class Meta:
         model = Campaign

@@ -26,6 +26,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from campaigns import pricing
+from campaigns.apis import AmountInCurrencyField
 from campaigns.models import SCOPE_NAME_RE
 from campaigns.money import AMOUNT_PLACES, MINOR_UNITS, InvalidAmount, amount_re, parse_amount
 from campaigns.redis_state import redis_client
@@ -56,11 +57,11 @@ from .services import (
 class CouponOutputSerializer(serializers.ModelSerializer):
     campaign_id = serializers.IntegerField()
     discount_type = serializers.CharField(source="campaign.discount_type")
-    discount_value = serializers.DecimalField(source="campaign.discount_value", max_digits=12, decimal_places=2)
-    max_discount = serializers.DecimalField(
-        source="campaign.max_discount", max_digits=12, decimal_places=2, allow_null=True
-    )
-    min_spend = serializers.DecimalField(source="campaign.min_spend", max_digits=12, decimal_places=2)
+    discount_value = AmountInCurrencyField(source="campaign.discount_value", campaign="campaign", rule=True,
+                                         help_text="An amount off (fixed), or a percentage (percent).")
+    max_discount = AmountInCurrencyField(source="campaign.max_discount", campaign="campaign", allow_null=True)
+    min_spend = AmountInCurrencyField(source="campaign.min_spend", campaign="campaign")
+    discount = AmountInCurrencyField(campaign="campaign", allow_null=True)
     currency = serializers.CharField(source="campaign.currency")
 
     class Meta:

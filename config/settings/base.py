@@ -318,6 +318,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PARSER_CLASSES": ["core.parsers.StrictJSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "core.api.exception_handler",
+    "DEFAULT_METADATA_CLASS": None,  # OPTIONS is the contract's 405, as on the claim (DRF answered its metadata)
     "UNAUTHENTICATED_USER": None,
 }
 

@@ -8,6 +8,7 @@ import pytest
 from django.test import override_settings
 
 from campaigns.redis_state import reset_redis_client
+from tests.conftest import shopper_headers
 
 pytestmark = pytest.mark.django_db
 
@@ -215,3 +216,15 @@ def test_a_host_that_is_no_host_of_ours_is_the_json_400(client, settings, host, 
     # then
     assert (response.status_code, response["Content-Type"]) == (400, "application/json")
     assert response.json()["status"] == "invalid_request"
+
+
+@pytest.mark.parametrize("path", ["/api/v1/coupons/SAVE50/redeem", "/api/v1/coupons/SAVE50/reserve",
+                                  "/api/v1/coupons/SAVE50/confirm", "/api/v1/coupons/SAVE50/release",
+                                  "/api/v1/carts/validate", "/api/v1/me/coupons", "/api/v1/campaigns"])
+def test_options_is_the_json_405_on_every_api_route(client, path) -> None:
+    # when (DRF answered 200 with its metadata, a body without code and status)
+    response = client.options(path, **shopper_headers("ann"))
+
+    # then: as on the claim's route
+    assert (response.status_code, response["Content-Type"]) == (405, "application/json")
+    assert response.json()["status"] == "method_not_allowed"

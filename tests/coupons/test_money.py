@@ -14,6 +14,7 @@ from campaigns.models import Campaign
 from campaigns.money import InvalidAmount, compute_discount, money_text, parse_amount, parse_currency
 from coupons.models import CouponEventType, CouponStatus
 from coupons.services import Order, coupon_redeem
+from tests.conftest import shopper_headers
 from tests.factories import CampaignFactory
 
 from .helpers import assert_rows_agree_with_events, events_of, issued_coupon, row_of
@@ -262,3 +263,24 @@ def test_an_amount_of_more_than_12_whole_digits_is_refused_as_too_long(value) ->
     # (it was refused as malformed: "a decimal string such as 350.00")
     with pytest.raises(InvalidAmount, match="at most 12 digits before the decimal point"):
         parse_amount(value, "CNY")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("kind, value, shown", [("fixed", D("500"), "500"), ("percent", D("15"), "15.00")])
+def test_a_jpy_coupon_and_its_campaign_show_their_amounts_in_whole_yen(client, live_campaign, kind, value,
+                                                                        shown) -> None:
+    # Given a JPY coupon (500 yen off, or 15 %, from 1,000 yen), redeemed for a 1,200-yen order
+    coupon = issued_coupon(live_campaign, "alice", currency="JPY", discount_type=kind, discount_value=value,
+                           min_spend=D("1000"))
+    redeemed = coupon_redeem(user_id="alice", code=coupon.code, order=Order("J-1", parse_amount("1200", "JPY"), "JPY"))
+
+    # When the shopper lists her coupons and the storefront reads the campaign
+    mine = client.get("/api/v1/me/coupons", **shopper_headers("alice")).json()["results"][0]
+    campaign = client.get(f"/api/v1/campaigns/{coupon.campaign_id}").json()
+
+    # Then every amount is in whole yen, as the redemption answered it (they showed "500.00", "1000.00");
+    # a percentage stays a percentage
+    assert (mine["discount_value"], mine["min_spend"], mine["discount"]) == (shown, "1000",
+                                                                           redeemed.body()["discount"])
+    assert (campaign["discount_value"], campaign["min_spend"]) == (shown, "1000")
+    assert "." not in redeemed.body()["discount"]

@@ -634,18 +634,21 @@ def collectstatic_if_missing(env: dict[str, str]) -> None:
         run_step("collectstatic", manage("collectstatic", "--noinput", "-v", "0"), env)
 
 
+def shopper_token(user: str, expires: int, secret: str) -> str:
+    """The X-Token of a shopper (CONTRACT.md: "<expires>.<hex HMAC-SHA256 of 'user.expires'>")."""
+    return f"{expires}.{hmac.new(secret.encode(), f'{user}.{expires}'.encode(), hashlib.sha256).hexdigest()}"
+
+
 def write_tokens(path: Path, n: int, secret: str, *, prefix: str = "s", ttl: int = 3000) -> Path:
     """Write n shoppers with valid tokens in ../shared/reference/wrk/tokens.py's format and signature
     (HMAC-SHA256 of "user.exp", CONTRACT.md), with user ids <prefix><7 digits>: a fresh population per prefix."""
     path.parent.mkdir(parents=True, exist_ok=True)
     exp = int(time.time()) + ttl
-    key = secret.encode()
     t0 = time.monotonic()
     with open(path, "w") as out:
         for i in range(n):
             user = f"{prefix}{i:07d}"
-            sig = hmac.new(key, f"{user}.{exp}".encode(), hashlib.sha256).hexdigest()
-            out.write(f"{user} {exp}.{sig}\n")
+            out.write(f"{user} {shopper_token(user, exp, secret)}\n")
     log(f"{n:,} shoppers ({prefix}0000000...) with valid tokens in {rel(path)} ({time.monotonic() - t0:.1f}s)")
     return path
 

@@ -138,12 +138,12 @@ async def _redeem_over_http(port: int, secret: str, connections: int, campaign_i
     """`connections` keep-alive connections to the web server, each redeeming the code for new shoppers (a
     token, an order and an Idempotency-Key of their own) until it is told sold_out."""
     import asyncio
-    import hashlib
-    import hmac
+
+    from bench.common import shopper_token
 
     counts = {"redeemed": 0, "sold_out": 0, "other": 0, "errors": 0}
     last_use = [0.0]
-    expires = str(int(time.time()) + 1800)
+    expires = int(time.time()) + 1800
     body = b'{"order_id":"o","order_amount":"350.00","currency":"CNY"}'
 
     async def shopper_loop(c: int) -> None:
@@ -152,9 +152,9 @@ async def _redeem_over_http(port: int, secret: str, connections: int, campaign_i
         while True:
             n += 1
             user = f"h{campaign_id}-{c}-{n}"
-            sig = hmac.new(secret.encode(), f"{user}.{expires}".encode(), hashlib.sha256).hexdigest()
             writer.write(f"POST /api/v1/coupons/{CODE}/redeem HTTP/1.1\r\nHost: 127.0.0.1\r\nX-User-Id: {user}\r\n"
-                         f"X-Token: {expires}.{sig}\r\nIdempotency-Key: k-{user}\r\nContent-Type: application/json"
+                         f"X-Token: {shopper_token(user, expires, secret)}\r\nIdempotency-Key: k-{user}\r\n"
+                         "Content-Type: application/json"
                          f"\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
             head = await reader.readuntil(b"\r\n\r\n")
             length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")

@@ -305,14 +305,7 @@ class _Script:
         if not hot().replica_acks:
             return self.registered(keys=keys, args=args)
         try:
-            pipe = self.client.pipeline(transaction=False)
-            pipe.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)  # pipe.evalsha: not on a cluster
-            try:
-                return replicated(pipe)[0]
-            except redis.exceptions.NoScriptError:  # Redis lost its scripts (SCRIPT FLUSH, a restart): send it whole
-                pipe = self.client.pipeline(transaction=False)
-                pipe.execute_command("EVAL", cast(str, self.script), len(keys), *keys, *args)
-                return replicated(pipe)[0]
+            return self.each([(keys, args)])[0]  # the script and WAIT on one connection
         except NotAcknowledged as exc:
             if not self.gives_back:
                 raise
@@ -324,12 +317,12 @@ class _Script:
         not the runs together), with replica acks as one call's; NotAcknowledged's reply is all the replies."""
         def send(command: str, body: str) -> list[Any]:
             pipe = self.client.pipeline(transaction=False)
-            for keys, args in calls:
+            for keys, args in calls:  # pipe.evalsha: not on a cluster
                 pipe.execute_command(command, body, len(keys), *keys, *args)
             return replicated(pipe)
         try:
             return send("EVALSHA", self.sha)
-        except redis.exceptions.NoScriptError:  # Redis lost its scripts: send it whole (a rare pipeline)
+        except redis.exceptions.NoScriptError:  # Redis lost its scripts (SCRIPT FLUSH, a restart): send them whole
             return send("EVAL", cast(str, self.script))
 
 

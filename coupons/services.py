@@ -216,11 +216,16 @@ _PRICING_REFUSALS = {
 }
 
 
+def _order_lock_key(user_id: str, order_id: str) -> str:
+    """The key of an order's lock (AdvisoryLock.ORDER_COUPONS): _lock_order's, and a batch of first uses'."""
+    return f"{user_id}\n{order_id}"
+
+
 def _lock_order(user_id: str, order_id: str) -> None:
     """Serialize the uses of one order's coupons (until the transaction ends)."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))",
-                       [AdvisoryLock.ORDER_COUPONS, f"{user_id}\n{order_id}"])
+                       [AdvisoryLock.ORDER_COUPONS, _order_lock_key(user_id, order_id)])
 
 
 def _stored_pricing(coupon: Coupon, cart: pricing.Cart) -> pricing.CouponPricing:
@@ -729,11 +734,14 @@ class _FirstUse:
 
     @property
     def order_lock(self) -> str:
-        return f"{self.coupon.user_id}\n{self.change.fields['order_id']}"
+        return _order_lock_key(self.coupon.user_id, self.change.fields["order_id"])
+
+    @property
+    def fields(self) -> dict[str, Any]:  # the coupon's fields after the use (those the use leaves unset: None)
+        return {"hold_until": None, "redeemed_at": None, **self.change.fields}
 
     def row(self) -> dict[str, Any]:
-        coupon, change, campaign = self.coupon, self.change, self.campaign
-        fields = {"hold_until": None, "redeemed_at": None, **change.fields}
+        coupon, change, campaign, fields = self.coupon, self.change, self.campaign, self.fields
         return {
             "code": coupon.code, "campaign": campaign.pk, "usr": coupon.user_id, "claim": coupon.claim_id,
             "status": change.to, "valid_from": jsonable(coupon.valid_from), "expires_at": jsonable(coupon.expires_at),
@@ -751,7 +759,7 @@ class _FirstUse:
     def written(self, pk: int) -> UseOutcome:
         coupon = self.coupon
         coupon.pk, coupon.status, coupon.version = pk, self.change.to, 2
-        for name, value in {"hold_until": None, "redeemed_at": None, **self.change.fields}.items():
+        for name, value in self.fields.items():
             setattr(coupon, name, value)
         return self.answer(coupon)
 

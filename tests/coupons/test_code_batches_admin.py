@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 from django.conf import settings
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Group, Permission, User
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.http import StreamingHttpResponse
 
@@ -18,6 +18,7 @@ from core.web import asgi
 from coupons.code_batches import code_batch_create, code_batch_generate
 from coupons.models import CodeBatch, CodeBatchState, UniqueCode
 from coupons.unique_codes import forget_imported_codes
+from orders.console import VIEWER_GROUP
 
 from ..conftest import run_coroutine
 from ..factories import CampaignFactory
@@ -106,6 +107,67 @@ def test_codes_pages_are_for_staff_only(client, admin_client) -> None:
         answer = client.get(url)
         assert answer.status_code == 302 and "/admin/login/" in answer["Location"], url
         assert admin_client.get(url).status_code == 200, url
+
+
+def staff(name: str, *codenames: str, group: str | None = None) -> User:
+    """A staff user with these permissions (app_label.codename) or the group's: a real login, no superuser."""
+    user = User.objects.create_user(name, password="pw", is_staff=True)
+    for codename in codenames:
+        app_label, _, name_ = codename.partition(".")
+        user.user_permissions.add(Permission.objects.get(content_type__app_label=app_label, codename=name_))
+    if group:
+        user.groups.add(Group.objects.get(name=group))
+    return user
+
+
+def test_a_viewer_sees_the_batches_but_can_neither_download_nor_import_codes(client) -> None:
+    """Who holds an unheld unique code can use it: the codes are the campaign's, and looking is not changing."""
+    campaign = codes_campaign()
+    batch = code_batch_create(campaign=campaign, count=3, created_by="ann")
+    code_batch_generate(batch_id=batch.pk)
+    client.force_login(staff("vera", group=VIEWER_GROUP))
+
+    listed = client.get(BATCHES)
+    assert listed.status_code == 200 and f'data-batch="{batch.pk}"' in listed.content.decode()
+    assert "codes.csv" not in listed.content.decode()  # no links that would be refused
+    assert client.get(f"{BATCHES}{batch.pk}/status/").json()["inserted"] == 3  # progress is for viewers too
+    for url in (f"{BATCHES}{batch.pk}/codes.csv", f"{BATCHES}campaign/{campaign.pk}/codes.csv",
+                f"{BATCHES}campaign/{campaign.pk}/import/"):
+        assert client.get(url).status_code == 403, url
+    refused = client.post(f"{BATCHES}campaign/{campaign.pk}/import/",
+                          {"file": SimpleUploadedFile("codes.txt", b"VIEW-0001\n")})
+    assert refused.status_code == 403 and not UniqueCode.objects.filter(code="VIEW-0001").exists()
+
+
+def test_changing_code_batches_without_changing_the_campaign_imports_nothing(client) -> None:
+    campaign = codes_campaign()
+    client.force_login(staff("bea", "coupons.view_codebatch", "coupons.change_codebatch", "campaigns.view_campaign"))
+
+    page = client.get(f"{BATCHES}campaign/{campaign.pk}/import/")
+    upload = client.post(f"{BATCHES}campaign/{campaign.pk}/import/",
+                         {"file": SimpleUploadedFile("codes.txt", b"BEA-0001\n")})
+    download = client.get(f"{BATCHES}campaign/{campaign.pk}/codes.csv")
+
+    assert (page.status_code, upload.status_code, download.status_code) == (403, 403, 403)
+    assert CodeBatch.objects.count() == 0 and UniqueCode.objects.count() == 0
+
+
+def test_who_may_change_the_campaign_downloads_and_imports_its_codes(client) -> None:
+    campaign = codes_campaign()
+    client.force_login(staff("cid", "campaigns.view_campaign", "campaigns.change_campaign",
+                             "coupons.view_codebatch"))
+
+    upload = client.post(f"{BATCHES}campaign/{campaign.pk}/import/",
+                         {"file": SimpleUploadedFile("codes.txt", b"CID-0001\nCID-0002\n")})
+    batch = CodeBatch.objects.get()
+    one = client.get(f"{BATCHES}{batch.pk}/codes.csv")
+    every = client.get(f"{BATCHES}campaign/{campaign.pk}/codes.csv")
+
+    assert upload.status_code == 302 and batch.created_by == "cid"
+    assert one.status_code == every.status_code == 200
+    assert sorted(row.split(",")[0] for row in b"".join(every.streaming_content).decode().splitlines()[1:]) == [
+        "CID-0001", "CID-0002"]
+    assert "codes.csv" in client.get(BATCHES).content.decode()
 
 
 def test_an_upload_with_bad_lines_lists_them_and_imports_nothing_then_a_good_one_imports_all(admin_client) -> None:

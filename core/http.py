@@ -160,19 +160,29 @@ def _not_json(constant: str) -> Any:
     raise ValueError(f"{constant} is not JSON (RFC 8259)")
 
 
+IPV6_CLIENT_PREFIX = 64  # one IPv6 client: a subscriber gets a /64 (or more) and picks any address in it
+
+
 def client_ip(meta: Mapping[str, Any]) -> str | None:
-    """Return the client's address, normalized, for the per-IP limit: REMOTE_ADDR, or, on a connection from a
-    trusted proxy, the address the COUPONS_TRUSTED_PROXY_HOPS-th proxy saw (X-Forwarded-For). None when it
-    is not an address."""
+    """Return the client, as the per-address limits count it: REMOTE_ADDR, or, on a connection from a trusted
+    proxy, the address the COUPONS_TRUSTED_PROXY_HOPS-th proxy saw (X-Forwarded-For). An IPv4 address is itself
+    (normalized; an IPv4-mapped IPv6 one too); an IPv6 address is its /64 ("2001:db8:1:2::/64"), since a client
+    that could take a fresh address of its /64 for each request would escape every limit. The proxy keys its
+    own limits the same way (deploy/nginx/). None when it is not an address."""
     hops = settings.COUPONS_TRUSTED_PROXY_HOPS
     candidate = meta.get("REMOTE_ADDR")
     if hops > 0 and from_trusted_proxy(meta):
         forwarded = [part.strip() for part in (meta.get("HTTP_X_FORWARDED_FOR") or "").split(",") if part.strip()]
         candidate = forwarded[-hops] if len(forwarded) >= hops else None
     try:
-        return str(ipaddress.ip_address(candidate)) if candidate else None
+        address = ipaddress.ip_address(candidate) if candidate else None
     except ValueError:
         return None
+    if not isinstance(address, ipaddress.IPv6Address):
+        return None if address is None else str(address)
+    if address.ipv4_mapped is not None:
+        return str(address.ipv4_mapped)
+    return str(ipaddress.IPv6Network((int(address), IPV6_CLIENT_PREFIX), strict=False))
 
 
 def shopper_id(request: HttpRequest) -> str:

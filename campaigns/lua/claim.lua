@@ -27,7 +27,8 @@ ARGV[8] how long the second's hash lives (and so its answers), milliseconds
 ARGV[9] how long a drain trigger counts as pending, milliseconds
 ARGV[10] with KEYS[6]: the digest of the shopper's Idempotency-Key, kept in the ledger entry (field k) and so in
          PostgreSQL, from where a rebuilt Redis restores the answer of a claim made with a key
-ARGV[11] with KEYS[6]: how long its answer is kept, milliseconds
+ARGV[11] with KEYS[6]: how long its answer is kept, milliseconds: a claim's (COUPONS_IDEMPOTENCY_TTL_SECONDS,
+         24 h); a refusal's at most REFUSAL_KEEP_MS (5 minutes, below)
 ARGV[12] with KEYS[6]: "1" when an answer is told only once replicas confirmed it (COUPONS_REDIS_REPLICA_ACKS)
 ARGV[13] only for a campaign split into buckets (redis_state.bucket_of; ARGV[10] to ARGV[12] are then always
          there, "", 0 and 0 without KEYS[6]): the bucket count the caller assumed; meta's "buckets" must say the same
@@ -54,6 +55,10 @@ from strings once each (x + 0: tonumber() converts twice) and answers are built 
 into a string costs ~0.5 us).
 --]]
 local call = redis.call
+-- A refusal (limit_reached, sold_out, not_started, ended, paused) under an Idempotency-Key is kept 5 minutes, not
+-- the claim's 24 h: long enough for the retries of one click, while a key sent again later (a client that reuses
+-- its key, or retries from before the start) is decided again, and Redis holds no day of refusals (docs/api.md).
+local REFUSAL_KEEP_MS = 300000
 -- The deadline is checked in Redis's own clock (one TIME): the client's could not see Redis run late.
 local clock = call('TIME')
 local now_ms = clock[1] * 1000 + clock[2] / 1000
@@ -138,7 +143,11 @@ else
   end
   answer = code .. ':' .. ledger_id
   if idem then
-    call('SET', idem, answer .. ':' .. ARGV[3], 'PX', ARGV[11])
+    local keep = ARGV[11] + 0
+    if code ~= '0' and keep > REFUSAL_KEEP_MS then
+      keep = REFUSAL_KEEP_MS
+    end
+    call('SET', idem, answer .. ':' .. ARGV[3], 'PX', keep)
   else
     field, value = ARGV[3], answer
   end

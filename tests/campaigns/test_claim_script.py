@@ -150,6 +150,23 @@ def test_idempotent_answer_is_kept_24_hours(live_campaign) -> None:
     assert 24 * 3600 * 1000 - 5000 < ttl_ms <= 24 * 3600 * 1000
 
 
+def test_a_refusals_answer_is_kept_five_minutes_and_a_claims_24_hours(live_campaign) -> None:
+    """A refusal under a key is kept for one click's retries, not a day: the same key later is decided again."""
+    campaign = live_campaign(total_stock=1, per_user_limit=1)
+    claim(campaign, "alice", key="won")
+    claim(campaign, "alice", key="again")  # limit_reached
+    claim(campaign, "bob", key="late")  # sold_out
+    campaign_pause(campaign=campaign)
+    claim(campaign, "cid", key="paused")
+
+    def ttl_ms(user: str, key: str) -> int:
+        return int(redis_client().pttl(campaign_keys(campaign.pk).idempotency(user, key)))
+
+    assert 24 * 3600 * 1000 - 5000 < ttl_ms("alice", "won") <= 24 * 3600 * 1000
+    for user, key in (("alice", "again"), ("bob", "late"), ("cid", "paused")):
+        assert 5 * 60 * 1000 - 5000 < ttl_ms(user, key) <= 5 * 60 * 1000, key
+
+
 def test_only_the_first_claim_asks_for_a_drain_until_the_drain_clears_the_flag(live_campaign) -> None:
     campaign = live_campaign(total_stock=5, per_user_limit=5)
 

@@ -1,9 +1,11 @@
 """The storefront API's campaign routes (config/urls.py includes them under /api/v1/)."""
 from django.urls import path
 
+from core.public_cache import public_answer
+
 from .apis import CampaignDetailApi, CampaignListApi
 
 urlpatterns = [
-    path("campaigns", CampaignListApi.as_view(), name="campaign-list"),
-    path("campaigns/<str:campaign_id>", CampaignDetailApi.as_view(), name="campaign-detail"),
+    path("campaigns", public_answer(CampaignListApi.as_view()), name="campaign-list"),
+    path("campaigns/<str:campaign_id>", public_answer(CampaignDetailApi.as_view()), name="campaign-detail"),
 ]

@@ -23,6 +23,7 @@ from campaigns.models import Campaign
 from campaigns.redis_state import redis_client, reset_redis_client
 from campaigns.services import campaign_preheat, forget_live_codes
 from core.auth import mint_token
+from core.public_cache import forget_public_answers
 from devstack import STATIC_ROOT, resolve, web_command
 from orders.claim import forget_campaign_facts
 
@@ -37,6 +38,7 @@ def clean_redis() -> Iterator[None]:
     reset_redis_client()
     forget_campaign_facts()
     forget_live_codes()
+    forget_public_answers()
     redis_client().flushdb()
     yield
     reset_redis_client()

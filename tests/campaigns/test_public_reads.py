@@ -1,0 +1,81 @@
+"""The reads around a sale (docs/api.md): the public campaign reads are cacheable (Cache-Control, ETag, 304) and
+each worker answers a storm of them from memory for PUBLIC_FRESH_SECONDS, `remaining` never older than that."""
+from __future__ import annotations
+
+import time
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from campaigns.services import campaign_pause
+from core.public_cache import PUBLIC_FRESH_SECONDS
+from tests.conftest import shopper_headers
+
+pytestmark = pytest.mark.django_db
+
+
+def claim(client, campaign, user: str) -> None:
+    answer = client.post(f"/api/v1/campaigns/{campaign.pk}/claim", data={}, content_type="application/json",
+                         **shopper_headers(user))
+    assert answer.json()["status"] == "claimed"
+
+
+@pytest.mark.parametrize("path", ["/api/v1/campaigns", "/api/v1/campaigns/{id}"])
+def test_public_reads_carry_public_caching_headers_and_an_etag_that_answers_304(client, live_campaign, path) -> None:
+    campaign = live_campaign(total_stock=5)
+    first = client.get(path.format(id=campaign.pk))
+    assert first.status_code == 200
+    assert first["Cache-Control"] == "public, max-age=1"
+    etag = first["ETag"]
+    assert etag.startswith('"') and etag.endswith('"') and len(etag) > 8
+
+    again = client.get(path.format(id=campaign.pk), HTTP_IF_NONE_MATCH=etag)
+    assert again.status_code == 304 and again.content == b""
+    assert again["ETag"] == etag and again["Cache-Control"] == "public, max-age=1"
+    assert client.get(path.format(id=campaign.pk), HTTP_IF_NONE_MATCH=f'"other", W/{etag}').status_code == 304
+    assert client.get(path.format(id=campaign.pk), HTTP_IF_NONE_MATCH="*").status_code == 304
+    other = client.get(path.format(id=campaign.pk), HTTP_IF_NONE_MATCH='"not-it"')
+    assert other.status_code == 200 and other.content == first.content
+
+
+def test_a_storm_of_reads_costs_one_query_per_fresh_period_and_remaining_follows_the_claims(client,
+                                                                                          live_campaign) -> None:
+    campaign = live_campaign(total_stock=5)
+    path = f"/api/v1/campaigns/{campaign.pk}"
+    assert client.get(path).json()["remaining"] == 5
+    claim(client, campaign, "ann")
+    with CaptureQueriesContext(connection) as queries:
+        answers = [client.get(path) for _ in range(50)]
+    assert len(queries) == 0  # kept: no query, no Redis
+    assert {a.json()["remaining"] for a in answers} <= {4, 5}
+
+    time.sleep(PUBLIC_FRESH_SECONDS + 0.05)
+    fresh = client.get(path)
+    assert fresh.json()["remaining"] == 4  # never older than the fresh period
+    assert fresh["ETag"] != answers[0]["ETag"] or answers[0].json()["remaining"] == 4
+
+
+def test_an_operators_change_shows_within_the_fresh_period(client, live_campaign) -> None:
+    campaign = live_campaign()
+    path = f"/api/v1/campaigns/{campaign.pk}"
+    assert client.get(path).json()["state"] == "live"
+    campaign_pause(campaign=campaign)
+    time.sleep(PUBLIC_FRESH_SECONDS + 0.05)
+    assert client.get(path).json()["state"] == "paused"
+
+
+def test_unknown_campaigns_are_a_cacheable_404_and_bad_ids_a_400_not_kept(client) -> None:
+    unknown = client.get("/api/v1/campaigns/424242")
+    assert unknown.status_code == 404 and unknown.json()["status"] == "not_found"
+    assert unknown["Cache-Control"] == "public, max-age=1"
+    bad = client.get("/api/v1/campaigns/abc")
+    assert bad.status_code == 400 and bad.json()["status"] == "invalid_request"
+    assert "ETag" not in bad
+
+
+def test_other_methods_on_public_reads_are_the_contracts_405(client, live_campaign) -> None:
+    campaign = live_campaign()
+    answer = client.post(f"/api/v1/campaigns/{campaign.pk}", data={}, content_type="application/json")
+    assert answer.status_code == 405 and answer.json()["status"] == "method_not_allowed"
+    assert "ETag" not in answer

@@ -2,11 +2,9 @@
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Callable
 from typing import Any
 
-from django.conf import settings
 from drf_spectacular.extensions import OpenApiSerializerExtension
 from drf_spectacular.plumbing import ResolvedComponent
 from drf_spectacular.utils import (
@@ -17,7 +15,6 @@ from drf_spectacular.utils import (
     extend_schema_field,
     inline_serializer,
 )
-from redis import RedisError
 from rest_framework import serializers
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.permissions import IsAuthenticated
@@ -29,12 +26,12 @@ from campaigns import pricing
 from campaigns.apis import AmountInCurrencyField
 from campaigns.models import SCOPE_NAME_RE
 from campaigns.money import AMOUNT_PLACES, MINOR_UNITS, InvalidAmount, amount_re, parse_amount
-from campaigns.redis_state import redis_client
 from core.api import ShopperApi, ShopperTokenAuthentication, idempotency_key_parameter, pattern_schema
-from core.errors import BadRequest, NotFound, RateLimited
+from core.errors import BadRequest
 from core.http import client_ip, idempotency_key
 
 from .carts import cart_validate
+from .guard import CodeLookups, guarded, refuse_unknown
 from .idempotency import Answer, run_idempotent
 from .metrics import USES
 from .models import Coupon, CouponStatus
@@ -45,6 +42,7 @@ from .services import (
     HOLD_SECONDS_MAX,
     TYPED_CODE_RE,
     Order,
+    code_is_own,
     coupon_confirm,
     coupon_redeem,
     coupon_release,
@@ -358,74 +356,11 @@ def order_of(data: dict[str, Any]) -> Order:
 
 def coupon_endpoint(code: str, action: str, user_id: str, ip: str | None = None) -> tuple[str, str]:
     """Return (canonical code, idempotency endpoint); a code that can't exist is the same 404 as unknown
-    (and counts as a miss)."""
+    (and counts as one: coupons.guard)."""
     canonical = typed_code_form(code)
     if canonical is None:
-        guarded_by_misses(user_id, _not_found, ip=ip)()  # raises: TooManyMisses or NotFound
-        raise NotFound("No such coupon.")
+        refuse_unknown(user_id, ip)  # raises: TooManyMisses or NotFound
     return canonical, f"POST /api/v1/coupons/{canonical}/{action}"
-
-
-MISS_WINDOW_SECONDS = 60  # unknown codes are counted by the minute (COUPONS_CODE_MISSES_PER_MINUTE)
-
-
-class TooManyMisses(RateLimited):
-    message = "Too many unknown coupon codes from this shopper or address; retry when this minute is over."
-
-    def headers(self) -> dict[str, str]:
-        return {"Retry-After": str(MISS_WINDOW_SECONDS - int(time.time()) % MISS_WINDOW_SECONDS)}
-
-
-def _misses_keys(user_id: str, ip: str | None) -> list[tuple[str, int]]:
-    """The miss counters of this minute (key, limit): the shopper's, and the client address's if known."""
-    minute = int(time.time() // MISS_WINDOW_SECONDS)
-    keys = [(f"cr:code-misses:{user_id}:{minute}", settings.COUPONS_CODE_MISSES_PER_MINUTE)]
-    if ip is not None:
-        keys.append((f"cr:code-misses-ip:{ip}:{minute}", settings.COUPONS_CODE_MISSES_PER_IP_PER_MINUTE))
-    return keys
-
-
-def _not_found() -> Answer:
-    raise NotFound("No such coupon.")
-
-
-def guarded_by_misses(user_id: str, execute: Callable[[], Answer], *, ip: str | None = None
-                      ) -> Callable[[], Answer]:
-    """Refuse a shopper, or a client address (`ip`, normalized by core.http.client_ip), that tried too many
-    unknown codes this minute; count each miss against both (codes resist guessing, by many accounts too)."""
-    counters = _misses_keys(user_id, ip)
-
-    def run() -> Answer:
-        misses_refuse_over_limit(counters)
-        try:
-            return execute()
-        except NotFound:
-            misses_count(counters, 1)
-            raise
-
-    return run
-
-
-def misses_refuse_over_limit(counters: list[tuple[str, int]]) -> None:
-    """Raise TooManyMisses when the shopper or the address tried too many unknown codes this minute."""
-    try:
-        seen = redis_client().mget([key for key, _ in counters])
-        if any(int(n or 0) >= limit for n, (_, limit) in zip(seen, counters, strict=True)):
-            raise TooManyMisses()
-    except RedisError:
-        pass  # the guard fails open: the answer itself does not depend on Redis
-
-
-def misses_count(counters: list[tuple[str, int]], misses: int) -> None:
-    """Count `misses` unknown codes against the shopper and the address (never raises)."""
-    try:
-        pipe = redis_client().pipeline(transaction=True)
-        for key, _ in counters:
-            pipe.incrby(key, misses)
-            pipe.expire(key, 2 * MISS_WINDOW_SECONDS)
-        pipe.execute()
-    except RedisError:
-        pass
 
 
 def answer_response(answer: Answer) -> Response:
@@ -492,13 +427,17 @@ class CouponUseApi(ShopperApi):
         USES.labels(self.operation, outcome if isinstance(outcome, str) else str(response.status_code)).inc()
         return response
 
-    def use(self, code: str, key: str | None, payload: dict[str, Any], run: Callable[[str], UseOutcome]) -> Response:
-        """The use `run(canonical code)` of the coupon the shopper typed as `code`, under the request's
-        Idempotency-Key (`payload`: what a repeat of the key must match) and the shopper's miss limit."""
+    def use(self, code: str, order_id: str, key: str | None, payload: dict[str, Any],
+            run: Callable[[str], UseOutcome]) -> Response:
+        """The use `run(canonical code)` for order `order_id` of the coupon the shopper typed as `code`, under the
+        request's Idempotency-Key (`payload`: what a repeat of the key must match) and, unless the code is the
+        shopper's own, the unknown-code guard (coupons.guard)."""
         canonical, endpoint = coupon_endpoint(code, self.operation, self.user_id, self.ip)
         return answer_response(run_idempotent(
             user_id=self.user_id, endpoint=endpoint, key=key, payload=payload, apart=self.creates_use,
-            execute=guarded_by_misses(self.user_id, ip=self.ip, execute=lambda: Answer(200, run(canonical).body())),
+            execute=guarded(self.user_id, self.ip,
+                            own=lambda: code_is_own(code=canonical, user_id=self.user_id, order_id=order_id),
+                            execute=lambda: Answer(200, run(canonical).body())),
         ))
 
 
@@ -530,7 +469,7 @@ class CouponRedeemApi(CouponUseApi):
     def post(self, request: Request, code: str) -> Response:
         key = idempotency_key(request._request, required=True)
         order = order_of(self.validated(self.InputSerializer))
-        return self.use(code, key, order.fingerprint_payload(),
+        return self.use(code, order.order_id, key, order.fingerprint_payload(),
                         lambda canonical: coupon_redeem(user_id=self.user_id, code=canonical, order=order))
 
 
@@ -570,7 +509,7 @@ class CouponReserveApi(CouponUseApi):
         key = idempotency_key(request._request, required=True)
         data = self.validated(self.InputSerializer)
         order, hold_seconds = order_of(data), data["hold_seconds"]
-        return self.use(code, key, {**order.fingerprint_payload(), "hold": hold_seconds},
+        return self.use(code, order.order_id, key, {**order.fingerprint_payload(), "hold": hold_seconds},
                         lambda canonical: coupon_reserve(user_id=self.user_id, code=canonical, order=order,
                                                          hold_seconds=hold_seconds))
 
@@ -603,7 +542,7 @@ class CouponConfirmApi(CouponUseApi):
     def post(self, request: Request, code: str) -> Response:
         key = idempotency_key(request._request)
         order_id = self.validated(self.InputSerializer)["order_id"]
-        return self.use(code, key, {"order_id": order_id},
+        return self.use(code, order_id, key, {"order_id": order_id},
                         lambda canonical: coupon_confirm(user_id=self.user_id, code=canonical, order_id=order_id))
 
 
@@ -633,7 +572,7 @@ class CouponReleaseApi(CouponUseApi):
     def post(self, request: Request, code: str) -> Response:
         key = idempotency_key(request._request)
         order_id = self.validated(self.InputSerializer)["order_id"]
-        return self.use(code, key, {"order_id": order_id},
+        return self.use(code, order_id, key, {"order_id": order_id},
                         lambda canonical: coupon_release(user_id=self.user_id, code=canonical, order_id=order_id))
 
 
@@ -705,9 +644,10 @@ class CartValidateApi(ShopperApi):
                     "no coupon the shopper could use is `not_found` in the list), `discount` and each eligible "
                     "line's share. `best` is the set the stacking rules allow that saves the most, its codes in the "
                     "order to reserve them (that order gives exactly `best.discount`). Read-only: nothing is "
-                    "reserved or counted, no Idempotency-Key; unknown codes count against the shopper's and the "
-                    f"address's unknown-code limit (429 beyond it). At most {MAX_CART_LINES} lines and "
-                    f"{MAX_CART_CODES} codes.",
+                    "reserved or counted, no Idempotency-Key; the codes given that are not the shopper's own count "
+                    "against the shopper's and the address's unknown-code limit before they are looked up (a cart "
+                    "whose codes would pass it is a 429), and stay counted if not_found. At most "
+                    f"{MAX_CART_LINES} lines and {MAX_CART_CODES} codes.",
         request=CartValidateInputSerializer,
         responses={200: inline_serializer("CartValidation", {
             "code": serializers.IntegerField(), "status": serializers.CharField(),
@@ -722,10 +662,8 @@ class CartValidateApi(ShopperApi):
     )
     def post(self, request: Request) -> Response:
         data = self.validated(CartValidateInputSerializer)
-        counters = _misses_keys(self.user_id, self.ip)
-        if data["codes"]:
-            misses_refuse_over_limit(counters)
-        answer = cart_validate(user_id=self.user_id, cart=data["cart"], codes=data["codes"])
-        if answer.misses:
-            misses_count(counters, answer.misses)
+        with CodeLookups(self.user_id, self.ip) as lookups:  # the codes given not the shopper's own count first
+            answer = cart_validate(user_id=self.user_id, cart=data["cart"], codes=data["codes"],
+                                   before_lookup=lookups.take)
+            lookups.misses = answer.misses
         return Response(answer.body)

@@ -1,14 +1,15 @@
 """POST /carts/validate's read: which of the shopper's coupons and typed codes apply to a cart, and the best set.
 
-Read-only (nothing reserved, counted or settled) and a fixed number of queries whatever the shopper holds: one
-for the shopper's usable coupons and the codes given that are the shopper's own, one for the typed shared codes,
-one for the typed unique codes, and one for the new-shopper audience when a candidate has it; one Redis round
-trip for the typed codes' campaigns' uses left and the shopper's uses of them (a code the shopper may no longer
-use is refused as reserve would refuse it). Every amount is campaigns.pricing's (validate_cart): nothing here
-computes a discount.
+Read-only (nothing reserved or settled) and a fixed number of queries whatever the shopper holds: one for the
+shopper's usable coupons and the codes given that are the shopper's own; then, once the other codes are counted
+by the unknown-code guard (`before_lookup`, coupons.guard), one for the typed shared codes, one for the typed
+unique codes, and one for the new-shopper audience when a candidate has it; one Redis round trip for the typed
+codes' campaigns' uses left and the shopper's uses of them (a code the shopper may no longer use is refused as
+reserve would refuse it). Every amount is campaigns.pricing's (validate_cart): nothing here computes a discount.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -85,11 +86,14 @@ def _used_up_codes(typed: dict[str | None, Campaign], user_id: str) -> dict[str 
     return refusals
 
 
-def cart_validate(*, user_id: str, cart: pricing.Cart, codes: list[str]) -> CartAnswer:
+def cart_validate(*, user_id: str, cart: pricing.Cart, codes: list[str],
+                  before_lookup: Callable[[int], None] = lambda n: None) -> CartAnswer:
     """Price, for `cart`, each of the shopper's usable coupons (active, valid now, in the cart's currency) and
     each code given (the shopper's own coupon, a live shared code, a unique code nobody holds yet; else
     not_found), and find the best allowed set. Typed codes answer in the order given, after the shopper's
-    coupons (soonest to expire first); a code listed twice answers once."""
+    coupons (soonest to expire first); a code listed twice answers once. `before_lookup(n)` is told how many
+    codes given are not the shopper's own before any is looked up (it may raise: the guard's refusal); the
+    answer's `misses` are those of them that stood for nothing."""
     now = timezone.now()
     typed = {text: typed_code_form(text) for text in codes}
     wanted = sorted({code for code in typed.values() if code is not None})
@@ -102,6 +106,7 @@ def cart_validate(*, user_id: str, cart: pricing.Cart, codes: list[str]) -> Cart
     )
     own = {coupon.code: coupon for coupon in rows}
     usable = [coupon for coupon in rows if _own_refusal(coupon, cart, now) is None]
+    before_lookup(sum(code not in own for code in typed.values()))  # each such text may be a miss below
 
     shared_wanted = [c for c in wanted if c not in own and shared_code_form(c) is not None]
     shared = {

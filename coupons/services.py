@@ -554,6 +554,19 @@ def _campaign_of_use(shared: str, user_id: str, order_id: str) -> Campaign | Non
     return use.campaign if use is not None else None
 
 
+def code_is_own(*, code: str, user_id: str, order_id: str) -> bool:
+    """Whether `code` (canonical) is the shopper's own for this order, as _code_used finds it without looking
+    anyone else's up: the shopper's coupon of that code (path a), or the shopper's use of that shared code for
+    this order, in any campaign that had it (path b's, as _campaign_of_use finds it). Such a code is no guess:
+    the unknown-code guard leaves it alone (coupons.guard). One query on the shopper's coupons."""
+    own = Q(code=code)
+    shared = shared_code_form(code)
+    if shared is not None:
+        own |= Q(campaign__kind=CampaignKind.CODES, campaign__code=shared, claim_id__startswith=SHARED_USE,
+                 claim_id__contains=f":{_use_digest(user_id, order_id)}:")
+    return Coupon.objects.filter(own, user_id=user_id).exists()
+
+
 def _use_digest(user_id: str, order_id: str) -> str:
     return hashlib.sha256(f"{user_id}\n{order_id}".encode()).hexdigest()[:24]
 

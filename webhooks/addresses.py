@@ -4,7 +4,8 @@ Loopback, link-local (169.254.169.254, the cloud metadata service), private, sha
 unspecified ranges are refused, for IPv4 and IPv6 alike, IPv4 addresses inside IPv6 (::ffff:127.0.0.1,
 64:ff9b::/96, 6to4, Teredo) judged as the IPv4 address they carry. Checked when an endpoint is registered and
 again at every delivery, against what the name resolves to then; the delivery connects to an address it
-checked (no second lookup between the check and the connection: no DNS rebinding). settings
+checked (no second lookup between the check and the connection: no DNS rebinding). A lookup is waited for at
+most a given time (resolve()): the system resolver has no timeout of its own that a caller can set. settings
 COUPONS_WEBHOOK_ALLOW_PRIVATE (development and tests; production refuses it) lets loopback and private addresses
 through, nothing else.
 """
@@ -12,7 +13,9 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+import threading
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -21,6 +24,7 @@ from django.utils.translation import gettext
 from core.errors import BadRequest
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+RESOLVE_TIMEOUT = 5.0  # seconds a name may take to resolve at registration (a delivery: what its deadline has left)
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 
 
@@ -93,27 +97,47 @@ def _allow_private() -> bool:
     return bool(getattr(settings, "COUPONS_WEBHOOK_ALLOW_PRIVATE", False))
 
 
-def checked_addresses(target: Target) -> list[IPAddress]:
-    """Resolve the target's host once and return its addresses, every one of them checked; raise Refused when
-    any is refused (a name with one private address among public ones is refused whole), or when it does not
-    resolve."""
+def resolve(host: str, port: int, timeout: float) -> list[IPAddress]:
+    """The addresses `host` resolves to, in the resolver's order, without repeats; raise Unresolvable when it
+    does not resolve or takes more than `timeout` seconds. getaddrinfo blocks for as long as resolv.conf lets it
+    (its timeout x attempts x name servers: 30 s and more) and cannot be interrupted, so it runs in a daemon
+    thread of its own and is waited for at most `timeout`: a lookup that outlives its wait finishes alone,
+    unread, when the system resolver gives up."""
+    done = threading.Event()
+    outcome: list[Any] = []
+
+    def lookup() -> None:
+        try:
+            outcome.append(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM))
+        except (OSError, UnicodeError) as exc:
+            outcome.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=lookup, name="webhook-resolve", daemon=True).start()
+    if not done.wait(max(timeout, 0.0)):
+        raise Unresolvable(gettext("The host %(host)s did not resolve within %(seconds)s s.")
+                           % {"host": host, "seconds": f"{timeout:.3g}"})
+    if isinstance(outcome[0], BaseException):
+        raise Unresolvable(gettext("The host %(host)s does not resolve (%(error)s).")
+                           % {"host": host, "error": outcome[0].__class__.__name__})
+    found: list[IPAddress] = []
+    for info in outcome[0]:
+        ip = ipaddress.ip_address(str(info[4][0]).partition("%")[0])
+        if ip not in found:
+            found.append(ip)
+    return found
+
+
+def checked_addresses(target: Target, *, timeout: float = RESOLVE_TIMEOUT) -> list[IPAddress]:
+    """Resolve the target's host once (within `timeout` seconds) and return its addresses, every one of them
+    checked; raise Refused when any is refused (a name with one private address among public ones is refused
+    whole), or Unresolvable when it does not resolve in time."""
     try:
         literal: IPAddress | None = ipaddress.ip_address(target.host)
     except ValueError:
         literal = None
-    if literal is not None:
-        found = [literal]
-    else:
-        try:
-            infos = socket.getaddrinfo(target.host, target.port, type=socket.SOCK_STREAM)
-        except (OSError, UnicodeError) as exc:
-            raise Unresolvable(gettext("The host %(host)s does not resolve (%(error)s).")
-                               % {"host": target.host, "error": exc.__class__.__name__}) from None
-        found = []
-        for info in infos:
-            ip = ipaddress.ip_address(str(info[4][0]).partition("%")[0])
-            if ip not in found:
-                found.append(ip)
+    found = [literal] if literal is not None else resolve(target.host, target.port, timeout)
     for ip in found:
         why = address_refusal(ip)
         if why is not None and not (why in _PRIVATE and _allow_private()):

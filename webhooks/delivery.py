@@ -35,12 +35,16 @@ from .models import Delivery, DeliveryAttempt, DeliveryState, OutboxEvent, Webho
 
 log = logging.getLogger(__name__)
 
-CONNECT_TIMEOUT = 3.0  # seconds to connect (each address)
+# One deadline for the whole attempt, from before the name is resolved: the lookup, each connect, the TLS
+# handshake and every read and write get what is left of it, and the socket is shut when it passes (a slow
+# drip). So an attempt never outlives its lease, after which another worker would send the delivery again.
+TOTAL_TIMEOUT = 10.0  # seconds one attempt may take in all
+CONNECT_TIMEOUT = 3.0  # seconds to connect to one address, at most (and never past the deadline)
+MAX_ADDRESSES = 3  # addresses tried at most, in the resolver's order: a name with many silent ones costs 3 connects
 READ_TIMEOUT = 5.0  # seconds any one read of the answer may wait
-TOTAL_TIMEOUT = 10.0  # seconds one attempt may take in all: the socket is shut at this deadline (a slow drip)
 ANSWER_CAP = 64 * 1024  # bytes of the answer read at most; the rest is never read
 HEAD_KEPT = 512  # bytes of the answer kept in the attempt's record
-LEASE = timedelta(seconds=60)  # longer than any attempt (TOTAL_TIMEOUT) and its recording
+LEASE = timedelta(seconds=60)  # several times TOTAL_TIMEOUT: a batch's attempts run at once, then are recorded
 RETRY_WINDOW = timedelta(hours=24)
 BACKOFF_BASE, BACKOFF_CAP = 10.0, 3600.0  # seconds: the n-th retry waits uniform(0, min(cap, base * 2**n))
 CONCURRENCY = 8  # deliveries sent at once by one worker (threads; only the calling thread touches the database)
@@ -73,32 +77,56 @@ class Answer:
         return self.status is not None and 200 <= self.status < 300
 
 
-def _connect(addresses: list[IPAddress], port: int) -> tuple[socket.socket, str]:
+class Deadline:
+    """The seconds an attempt has left; an OSError (TimeoutError) once none is left, so a step that would start
+    after the deadline fails as a step that ran into it does."""
+
+    def __init__(self, seconds: float) -> None:
+        self.at = time.monotonic() + seconds
+
+    def left(self, at_most: float | None = None) -> float:
+        left = self.at - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the attempt's deadline passed")
+        return left if at_most is None else min(left, at_most)
+
+
+def _connect(addresses: list[IPAddress], port: int, deadline: Deadline) -> tuple[socket.socket, str]:
+    """Connect to the first of `addresses` (checked ones, at most MAX_ADDRESSES of them) that answers, each
+    given CONNECT_TIMEOUT or what the deadline has left. The address itself, never the name: no second lookup."""
     last: OSError | None = None
-    for ip in addresses:
+    for ip in addresses[:MAX_ADDRESSES]:
+        sock = socket.socket(socket.AF_INET6 if ip.version == 6 else socket.AF_INET, socket.SOCK_STREAM)
         try:
-            return socket.create_connection((str(ip), port), timeout=CONNECT_TIMEOUT), str(ip)
+            sock.settimeout(deadline.left(CONNECT_TIMEOUT))
+            sock.connect((str(ip), port))
+            return sock, str(ip)
         except OSError as exc:
+            sock.close()
             last = exc
     raise last or OSError("no address")
 
 
 def post(url: str, body: bytes, headers: dict[str, str]) -> Answer:
-    """POST `body` to `url`: resolve its host once, check every address (webhooks.addresses), connect to a
-    checked one (Host header and TLS server name are the URL's host), read at most ANSWER_CAP bytes of the
-    answer, all within TOTAL_TIMEOUT. Never raises: failures are the answer's error."""
+    """POST `body` to `url`: resolve its host once, check every address (webhooks.addresses), connect to one of
+    the first MAX_ADDRESSES (Host header and TLS server name are the URL's host), read at most ANSWER_CAP bytes
+    of the answer, all within TOTAL_TIMEOUT from the start, the lookup included. Never raises: failures are the
+    answer's error."""
     started = time.monotonic()
+    deadline = Deadline(TOTAL_TIMEOUT)
     answer = Answer()
     sock: socket.socket | None = None
     watchdog: threading.Timer | None = None
     try:
         target = parse_url(url)
-        addresses = checked_addresses(target)
-        raw, answer.address = _connect(addresses, target.port)
+        addresses = checked_addresses(target, timeout=deadline.left())
+        raw, answer.address = _connect(addresses, target.port, deadline)
         sock = raw
         if target.scheme == "https":
+            # The ssl module holds the whole handshake to the socket's timeout (a deadline, not per read).
+            raw.settimeout(deadline.left())
             sock = ssl.create_default_context().wrap_socket(raw, server_hostname=target.host)
-        sock.settimeout(READ_TIMEOUT)
+        sock.settimeout(deadline.left(READ_TIMEOUT))
         shut = sock
 
         def cut() -> None:  # the whole attempt's deadline: a blocked read or write fails at once
@@ -107,7 +135,7 @@ def post(url: str, body: bytes, headers: dict[str, str]) -> Answer:
             except OSError:
                 pass
 
-        watchdog = threading.Timer(max(TOTAL_TIMEOUT - (time.monotonic() - started), 0.1), cut)
+        watchdog = threading.Timer(deadline.left(), cut)
         watchdog.daemon = True
         watchdog.start()
         conn = http.client.HTTPConnection(target.host, target.port, timeout=READ_TIMEOUT)

@@ -10,6 +10,7 @@ from django.test import override_settings
 from redis.cluster import key_slot
 
 from campaigns.models import Campaign
+from campaigns.redis_state import redis_client
 from coupons.guard import CodeLookups, TooManyMisses, miss_counters
 from tests.conftest import shopper_headers
 from tests.coupons.helpers import issued_coupon
@@ -55,6 +56,4 @@ def test_the_guard_counts_exactly_the_limit_with_its_counters_on_two_masters(
     # then: 3 + 2 looked up, the third guess refused; her own coupon redeemed; both counters at the limit
     assert results == [True] * 3 and guesses == [404, 404, 429]
     assert own.status_code == 200 and own.json()["status"] == "redeemed"
-    from campaigns.redis_state import redis_client
-
     assert [int(redis_client().get(key)) for key, _ in miss_counters(user, "127.0.0.1")] == [5, 5]

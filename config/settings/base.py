@@ -85,6 +85,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "core.admin.AdminSessionMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
@@ -92,6 +93,11 @@ MIDDLEWARE = [
 ROOT_URLCONF = "config.urls"
 WSGI_APPLICATION = "config.wsgi.application"
 ADMIN_URL = env("DJANGO_ADMIN_URL", "admin/")
+# An operator's session ends 12 h after the login, or after 30 minutes without a console page, whichever comes
+# first (core.admin.AdminSessionMiddleware: only the console's paths look at the session).
+ADMIN_SESSION_SECONDS = env_int("DJANGO_ADMIN_SESSION_SECONDS", 12 * 3600)
+ADMIN_IDLE_SECONDS = env_int("DJANGO_ADMIN_IDLE_SECONDS", 30 * 60)
+SESSION_COOKIE_AGE = ADMIN_SESSION_SECONDS  # the sessions are the operators'
 
 TEMPLATES = [
     {

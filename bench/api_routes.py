@@ -1,0 +1,592 @@
+"""Every shopper route beside the claim, in the same run (issue 35): what a sale's page asks of the server around
+the button, as a multiple of what the button itself gets.
+
+    .venv/bin/python bench/api_routes.py [--duration 8] [--rounds 2] [--quick] [--proxy]
+
+One web server (the run command's, `python -m config.server`, 1 worker: the issue's measure) on DATABASE_URL /
+REDIS_URL (or embedded servers under var/bench/), no Celery worker, so that nothing drains what the bench keeps
+pending. Set-up, before any load:
+
+  - a grab campaign the claim load never exhausts (stock 100,000,000, 1,000 a shopper: every request claims);
+  - --holders shoppers who each claimed one coupon of two other campaigns, drained into PostgreSQL in this
+    process (orders.drain.drain_campaign): they hold coupons for GET /me/coupons and POST /carts/validate, and
+    their claims are the issued ones of GET /claims/{id}; the same shoppers claimed a third campaign whose ledger
+    is never drained: the pending claims;
+  - a codes campaign with a shared code (SAVE50-<run>, uses and uses per shopper unbounded in practice) for
+    redeem, reserve, confirm and release;
+  - one request of each route, whose answer must be the one meant (a 200 with code 0, a claim pending or
+    issued, Django's JSON 404): a bench that measures an error page measures nothing.
+
+Then a warm-up (--warmup s of each route, not recorded) and --rounds rounds, each route once a round for
+--duration s with wrk -t2 -c50 (bench/api_routes.lua: each request a random shopper of the route's pool, tokens
+signed here by bench.common.shopper_token; redeem and reserve a new order and Idempotency-Key each), the
+order of the routes reversed every other round. A round's confirm finishes the orders its reserve held, in the
+order they were held; its release the orders of another reserve run just before it (not recorded). With
+--proxy, the public reads also through nginx on loopback, the compose proxy's config (bench/proxy_bench.py
+renders it as the image does; TLS, keep-alive) in front of the same server.
+
+Each route's requests/s, p99 and ratio to the claim's requests/s of the same round, the server's CPU per
+request, HTTP statuses and the answers' business codes: a table, and bench/results/api_routes.json.
+bench/README.md documents the fields. Exit 0: ran; 1: could not run (or a route's first answer was wrong).
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import secrets
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+BENCH_DIR = Path(__file__).resolve().parent
+if str(BENCH_DIR) not in sys.path:
+    sys.path.insert(0, str(BENCH_DIR))
+
+import common  # noqa: E402 - bench/ is on sys.path when this runs as a script
+from common import (  # noqa: E402
+    BENCH_VAR,
+    RESULTS_DIR,
+    BenchError,
+    Interrupted,
+    Processes,
+    Stores,
+    child_env,
+    flush_redis,
+    log,
+    manage,
+    rel,
+    run_step,
+    shopper_token,
+)
+
+LUA = BENCH_DIR / "api_routes.lua"
+OUT = RESULTS_DIR / "api_routes.json"
+DATA = BENCH_VAR / "api"  # token files and the orders a reserve run held
+CART_LINES = [{"sku": "TEA-1", "category": "tea", "quantity": 2, "unit_price": "120.00"},
+              {"sku": "CUP-9", "quantity": 1, "unit_price": "60.00"}]
+TOKEN_TTL = 3000  # seconds: under COUPONS_TOKEN_MAX_TTL (3600), longer than a default run
+
+
+@dataclass
+class Route:
+    """One wrk load: `label` as the table shows it; `pool` the token file's key (None: no shopper headers)."""
+
+    key: str
+    label: str
+    method: str
+    path: str
+    pool: str | None = None
+    body: str | None = None
+    pick: str = "random"
+    orders: bool = False  # a new order id and Idempotency-Key each request
+    record: str | None = None  # the orders held go to this pool (for a later confirm or release)
+    proxy: bool = False  # through nginx
+    recorded: bool = True  # False: a run that only prepares the next one's orders
+    expect_status: int = 200
+    lua_args: list[str] = field(default_factory=list)
+
+
+def compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+def routes(ids: dict[str, Any], proxy: bool) -> list[list[Route]]:
+    """The routes in their order, in units run back to back (a confirm right after the reserve that held its
+    orders)."""
+    code = ids["code"]
+    use = {"order_id": "{order}", "order_amount": "350.00", "currency": "CNY"}
+    units = [
+        [Route("claim", "POST /campaigns/{id}/claim", "POST", f"/api/v1/campaigns/{ids['claim']}/claim",
+               pool="buyers", body="{}")],
+        [Route("healthz", "GET /healthz", "GET", "/healthz")],
+        [Route("campaigns", "GET /campaigns", "GET", "/api/v1/campaigns")],
+        [Route("campaign", "GET /campaigns/{id}", "GET", f"/api/v1/campaigns/{ids['claim']}")],
+        [Route("claim_pending", "GET /claims/{id} (pending)", "GET", "/api/v1/claims/{x}", pool="pending")],
+        [Route("claim_issued", "GET /claims/{id} (issued)", "GET", "/api/v1/claims/{x}", pool="issued")],
+        [Route("my_coupons", "GET /me/coupons", "GET", "/api/v1/me/coupons", pool="holders")],
+        [Route("validate", "POST /carts/validate (2 lines, SAVE50 + own coupons)", "POST",
+               "/api/v1/carts/validate", pool="holders",
+               body=compact({"currency": "CNY", "codes": [code], "lines": CART_LINES}))],
+        [Route("redeem", "POST /coupons/SAVE50/redeem", "POST", f"/api/v1/coupons/{code}/redeem", pool="buyers",
+               body=compact(use), orders=True)],
+        [Route("reserve", "POST /coupons/SAVE50/reserve", "POST", f"/api/v1/coupons/{code}/reserve", pool="buyers",
+               body=compact({**use, "hold_seconds": 900}), orders=True, record="held"),
+         Route("confirm", "POST /coupons/SAVE50/confirm", "POST", f"/api/v1/coupons/{code}/confirm", pool="held",
+               body=compact({"order_id": "{x}"}), pick="next")],
+        [Route("reserve_for_release", "POST /coupons/SAVE50/reserve (orders for release)", "POST",
+               f"/api/v1/coupons/{code}/reserve", pool="buyers", body=compact({**use, "hold_seconds": 900}),
+               orders=True, record="held_r", recorded=False),
+         Route("release", "POST /coupons/SAVE50/release", "POST", f"/api/v1/coupons/{code}/release", pool="held_r",
+               body=compact({"order_id": "{x}"}), pick="next")],
+        [Route("nope", "GET /api/v1/nope (Django's JSON 404)", "GET", "/api/v1/nope", expect_status=404)],
+    ]
+    if proxy:
+        units += [
+            [Route("campaigns_nginx", "GET /campaigns through nginx", "GET", "/api/v1/campaigns", proxy=True)],
+            [Route("campaign_nginx", "GET /campaigns/{id} through nginx", "GET", f"/api/v1/campaigns/{ids['claim']}",
+                   proxy=True)],
+        ]
+    return units
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Set-up
+
+
+def campaign_create(*args: str) -> int:
+    """`manage.py campaign_create --publish ARGS`, run in this process (a new interpreter a campaign took 5 s
+    on a busy machine); the new campaign's id."""
+    import io
+
+    from django.core.management import call_command
+
+    out = io.StringIO()
+    call_command("campaign_create", "--publish", *args, stdout=out)
+    lines = [line for line in out.getvalue().splitlines() if line.strip().startswith("{")]
+    if not lines:
+        raise BenchError(f"campaign_create printed no JSON line: {out.getvalue()!r}")
+    campaign = json.loads(lines[-1])
+    log(f"campaign {campaign['id']}: {' '.join(args)}")
+    return int(campaign["id"])
+
+
+def claim_all(campaign_id: int, users: list[str], pipeline: int = 500) -> dict[str, str]:
+    """Each shopper's claim of the campaign through the real claim script (claim_call + claim.lua, pipelined, as
+    bench/drain_bench.py fills a ledger); their claim ids. A claim Redis ran past its deadline (TOO_LATE on a
+    busy machine) or past the campaign's rate limit changed nothing and is sent again."""
+    from campaigns.redis_state import ClaimCode, claim_call, claim_reply, redis_now_ms, scripts
+    from orders.ledger import claim_id_of
+
+    script = scripts().claim
+    todo, ids = list(users), {}
+    while todo:
+        batch, todo = todo[:pipeline], todo[pipeline:]
+        now_ms = redis_now_ms()
+        calls = [claim_call(campaign_id=campaign_id, user_id=user, idempotency_key=None, client_ip=None,
+                            now_ms=now_ms) for user in batch]
+        for user, raw in zip(batch, script.each([(call.keys, call.args) for call in calls]), strict=True):
+            code, ledger_id, _ = claim_reply(raw)
+            if code == ClaimCode.CLAIMED:
+                ids[user] = claim_id_of(campaign_id, ledger_id)
+            elif code in (ClaimCode.TOO_LATE, ClaimCode.RATE_LIMITED):
+                todo.append(user)
+            else:
+                raise BenchError(f"the claim of {user} on campaign {campaign_id} answered {code}")
+    return ids
+
+
+def drain_all(campaign_id: int) -> None:
+    """The worker's drain, in this process, until the ledger is in PostgreSQL."""
+    from orders import drain
+
+    t0 = time.monotonic()
+    while not drain.drain_campaign(campaign_id=campaign_id, max_seconds=5.0).caught_up:
+        if time.monotonic() - t0 > 300:
+            raise BenchError(f"campaign {campaign_id}: the drain did not catch up in 300 s")
+    log(f"campaign {campaign_id}: drained in {time.monotonic() - t0:.1f}s")
+
+
+def write_pool(path: Path, rows: list[tuple[str, str]], secret: str, threads: int) -> Path:
+    """"user token [x]" lines, tokens signed as the contract says (bench.common.shopper_token), dealt into one
+    file a wrk thread (`path`.<t>, api_routes.lua): each thread reads only its own before its load starts."""
+    expires = int(time.time()) + TOKEN_TTL
+    path.parent.mkdir(parents=True, exist_ok=True)
+    outs = [open(f"{path}.{t}", "w") for t in range(threads)]  # noqa: SIM115 - closed below
+    try:
+        for i, (user, x) in enumerate(rows):
+            outs[i % threads].write(f"{user} {shopper_token(user, expires, secret)}{' ' + x if x else ''}\n")
+    finally:
+        for out in outs:
+            out.close()
+    return path
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The run
+
+
+class ApiBench:
+    def __init__(self, args: argparse.Namespace, procs: Processes) -> None:
+        self.args, self.procs = args, procs
+        self.pools: dict[str, Path] = {}
+        self.stores: Stores | None = None
+        self.folder: Path | None = None  # nginx's
+        self.report: dict[str, Any] = {"rounds": [], "notes": []}
+
+    def setup(self) -> None:
+        a = self.args
+        common.ensure_wrk()
+        self.stores = stores = common.start_stores()
+        flush_redis(stores.redis_url, what="api routes bench", allowed=True, force=a.force_flush or stores.own_redis)
+        self.secret = secrets.token_hex(16)
+        env = self.env = child_env(stores, self.secret)
+        run_step("migrate", manage("migrate", "--noinput", "-v", "0"), env)
+        common.collectstatic_if_missing(env)
+        os.environ.update({k: env[k] for k in ("DJANGO_SETTINGS_MODULE", "DJANGO_DEBUG", "DATABASE_URL", "REDIS_URL",
+                                                "CELERY_BROKER_URL", "COUPONS_TOKEN_SECRET")})
+        import django
+
+        django.setup()
+        tag = secrets.token_hex(3).upper()
+        self.ids: dict[str, Any] = {
+            "claim": campaign_create("--name", "api bench: claims", "--stock", "100000000", "--per-user-limit",
+                                     "1000"),
+            "held_a": campaign_create("--name", "api bench: held A", "--stock", str(a.holders)),
+            "held_b": campaign_create("--name", "api bench: held B", "--stock", str(a.holders), "--discount", "5%"),
+            "pending": campaign_create("--name", "api bench: pending", "--stock", str(a.holders)),
+            "shared": campaign_create("--name", "api bench: shared code", "--kind", "codes", "--code",
+                                      f"SAVE50-{tag}", "--stock", "100000000", "--per-user-limit", "1000000",
+                                      "--discount", "50.00"),
+            "code": f"SAVE50-{tag}",
+        }
+        holders = [f"h{tag}{i:07d}" for i in range(a.holders)]
+        t0 = time.monotonic()
+        issued = claim_all(self.ids["held_a"], holders)
+        claim_all(self.ids["held_b"], holders)
+        pending = claim_all(self.ids["pending"], holders)
+        log(f"{len(holders):,} shoppers claimed 3 campaigns in {time.monotonic() - t0:.1f}s")
+        drain_all(self.ids["held_a"])
+        drain_all(self.ids["held_b"])
+        self.pools = {
+            "buyers": write_pool(DATA / "buyers", [(f"b{tag}{i:07d}", "") for i in range(a.shoppers)], self.secret,
+                                 a.threads),
+            "holders": write_pool(DATA / "holders", [(u, "") for u in holders], self.secret, a.threads),
+            "issued": write_pool(DATA / "issued", list(issued.items()), self.secret, a.threads),
+            "pending": write_pool(DATA / "pending", list(pending.items()), self.secret, a.threads),
+            "held": DATA / "held", "held_r": DATA / "held_r",  # written by the reserve runs (Route.record)
+        }
+        self.port = common.free_port()
+        self.urls = {False: f"http://127.0.0.1:{self.port}"}
+        self.web_cmd = common.web_argv(self.port, a.workers, a.server_args.split())
+        self.web = self.procs.start("api-web", self.web_cmd, env)
+        common.wait_until("web", lambda: common.http_ok(f"{self.urls[False]}/healthz"), self.procs)
+        if a.proxy:
+            self.start_nginx()
+        self.report["setup"] = {
+            "web_command": self.web_cmd, "campaigns": self.ids, "holders": a.holders, "buyers": a.shoppers,
+            "database": common.redact(stores.database_url), "redis": common.redact(stores.redis_url),
+            "embedded_servers": [type(s).__name__ for s in stores.embedded],
+            "live_campaigns_listed": self.live_campaigns()}
+
+    def start_nginx(self) -> None:
+        from proxy_bench import nginx_conf
+
+        nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+        if not Path(nginx).exists():
+            raise BenchError("--proxy needs nginx: apt-get install -y nginx")
+        self.folder = Path(tempfile.mkdtemp(prefix="couponrush-api-bench-"))
+        self.folder.chmod(0o755)  # nginx's workers (nobody, under a root master) read and write under it
+        https_port, http_port = common.free_port(), common.free_port()
+        conf = nginx_conf(self.folder, https_port, http_port, self.port)
+        self.procs.start("api-nginx", [nginx, "-c", str(conf), "-p", f"{self.folder}/", "-e",
+                                   str(self.folder / "error.log"), "-g", "daemon off;"], self.env)
+        self.urls[True] = f"https://127.0.0.1:{https_port}"
+        import ssl
+
+        self.tls = ssl.create_default_context(cafile=str(self.folder / "c.pem"))
+        self.tls.check_hostname = False  # the certificate is for localhost, the URL says 127.0.0.1
+        common.wait_until("nginx", lambda: self.get("/healthz", proxy=True)[0] == 200, self.procs, timeout=20)
+        self.report["notes"].append(f"nginx: {subprocess_text([nginx, '-v'])}")
+
+    def live_campaigns(self) -> int | None:
+        """How many campaigns GET /campaigns lists: the list's size is part of its cost."""
+        status, body, _ = self.get("/api/v1/campaigns")
+        if status != 200:
+            return None
+        data = json.loads(body)
+        items = data if isinstance(data, list) else next(
+            (v for k in ("campaigns", "results", "items") if isinstance(v := data.get(k), list)), [])
+        return int(data.get("count", len(items))) if isinstance(data, dict) else len(items)
+
+    def get(self, path: str, *, proxy: bool = False, method: str = "GET", headers: dict[str, str] | None = None,
+            body: str | None = None) -> tuple[int, bytes, dict[str, str]]:
+        req = urllib.request.Request(self.urls[proxy] + path, method=method, headers=headers or {},
+                                     data=body.encode() if body is not None else None)
+        try:
+            with urllib.request.urlopen(req, timeout=10, context=self.tls if proxy else None) as resp:  # noqa: S310
+                return resp.status, resp.read(), dict(resp.headers)
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read(), dict(exc.headers)
+        except (urllib.error.URLError, OSError):
+            return 0, b"", {}
+
+    # --- the first answer of each route ----------------------------------------------------------------
+
+    def first_line(self, pool: str) -> list[str]:
+        with open(f"{self.pools[pool]}.0") as f:
+            return f.readline().split()
+
+    def one(self, route: Route, order: str | None = None, line: list[str] | None = None) -> tuple[int, Any, dict]:
+        """One request of `route` as its Lua script would send it."""
+        headers: dict[str, str] = {}
+        x = ""
+        if route.pool:
+            user, token, *rest = line or self.first_line(route.pool)
+            headers.update({"X-User-Id": user, "X-Token": token})
+            x = rest[0] if rest else ""
+        if route.orders:
+            headers["Idempotency-Key"] = f"k{order}"
+        body = route.body
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+            body = body.replace("{x}", x).replace("{order}", order or "")
+        status, raw, answer_headers = self.get(route.path.replace("{x}", x), proxy=route.proxy, method=route.method,
+                                               headers=headers, body=body)
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            data = raw[:200].decode(errors="replace")
+        return status, data, answer_headers
+
+    def probe(self, units: list[list[Route]]) -> dict[str, Any]:
+        """Each route once: the answer must be the one meant, else the figures would be of an error path."""
+        seen: dict[str, Any] = {}
+        buyer = self.first_line("buyers")
+        for unit in units:
+            held: list[str] | None = None
+            for route in unit:
+                if route.pool in ("held", "held_r"):
+                    status, data, headers = self.one(route, line=held)
+                else:
+                    order = f"probe-{route.key}"
+                    status, data, headers = self.one(route, order=order)
+                    if route.record:
+                        held = [*buyer[:2], order]
+                want = route.expect_status
+                ok = status == want and (not isinstance(data, dict) or data.get("code", 0) in (0, want))
+                if route.key == "claim_pending":
+                    ok = ok and data.get("status") == "pending"
+                if route.key == "claim_issued":
+                    ok = ok and data.get("status") == "issued"
+                if route.key == "validate":
+                    ok = ok and len(data.get("coupons") or []) >= 3  # SAVE50 and the two held coupons
+                text = json.dumps(data)[:160] if not isinstance(data, str) else data[:160]
+                log(f"probe {route.label}: {status} {text}; Cache-Control {headers.get('Cache-Control')!r}")
+                seen[route.key] = {"status": status, "answer": data if len(json.dumps(data)) < 2000 else text,
+                                   "cache_control": headers.get("Cache-Control"), "etag": headers.get("ETag"),
+                                   "ok": ok}
+                if not ok:
+                    raise BenchError(f"{route.label}: the first answer is not the one meant ({status} {text}); "
+                                     "the bench would measure another path")
+        return seen
+
+    # --- loads -------------------------------------------------------------------------------------------
+
+    def wrk(self, route: Route, label: str, duration: float) -> dict[str, Any]:
+        """One route's load; its figures, the server's CPU per request, statuses and business codes."""
+        a = self.args
+        script = [f"method={route.method}", f"path={route.path}", f"pick={route.pick}"]
+        if route.pool:
+            script.append(f"shoppers={self.pools[route.pool]}")
+        if route.body is not None:
+            script.append(f"body={route.body}")
+        if route.orders:
+            script.append(f"orders={label}-{route.key}-")
+        if route.record:
+            script.append(f"record={self.pools[route.record]}")
+        cpu_before = common.session_cpu(self.web.proc.pid)
+        figures = common.run_wrk(f"api {label} {route.key}", self.urls[route.proxy], threads=a.threads,
+                                 connections=a.connections, duration=duration, script=LUA, script_args=script)
+        requests = figures.get("requests") or 0
+        if requests:
+            figures["server_cpu_us_per_request"] = round(
+                (common.session_cpu(self.web.proc.pid) - cpu_before) / requests * 1e6, 1)
+        if m := re.search(r"^api_routes: (.*)$", figures.pop("raw", ""), re.M):
+            words = m.group(1).split()
+            pairs = dict(zip(words[::2], words[1::2], strict=False))
+            figures["wrapped"] = int(pairs.get("wrapped", 0))
+            figures["statuses"] = dict(sorted(w.split(":") for w in re.findall(r"status (\S+)", m.group(1))))
+            figures["codes"] = dict(sorted(w.split(":") for w in re.findall(r"code (\S+)", m.group(1))))
+        self.procs.check_alive()
+        return {k: figures.get(k) for k in ("requests_per_s", "requests", "p50_ms", "p90_ms", "p99_ms",
+                                            "latency_max_ms", "non_2xx", "socket_errors", "server_cpu_us_per_request",
+                                            "statuses", "codes", "wrapped")}
+
+    def run(self) -> None:
+        a = self.args
+        units = routes(self.ids, a.proxy)
+        self.report["probe"] = self.probe(units)
+        if a.warmup > 0:
+            log(f"== warm-up: every route for {a.warmup:g}s, not recorded")
+            for unit in units:
+                for route in unit:
+                    self.wrk(route, "warmup", a.warmup)
+        for i in range(a.rounds):
+            order = units if i % 2 == 0 else units[::-1]
+            log(f"== round {i + 1} of {a.rounds}: {a.duration:g}s a route, wrk -t{a.threads} -c{a.connections}")
+            figures: dict[str, Any] = {}
+            for unit in order:
+                for route in unit:
+                    figures[route.key] = self.wrk(route, f"r{i + 1}", a.duration)
+            claim = figures["claim"]["requests_per_s"] or 0
+            for f in figures.values():
+                f["x_claim"] = round(f["requests_per_s"] / claim, 4) if claim and f["requests_per_s"] else None
+            self.report["rounds"].append({"round": i + 1, "order": [r.key for u in order for r in u],
+                                          "loadavg": [round(x, 2) for x in os.getloadavg()], "routes": figures})
+        self.report["checks"] = self.checks()
+
+    def checks(self) -> dict[str, Any]:
+        """After the load: a pending claim is still pending (nothing drained it), an issued one issued."""
+        out = {}
+        for key, want in (("pending", "pending"), ("issued", "issued")):
+            user, token, claim_id = self.first_line(key)
+            status, body, _ = self.get(f"/api/v1/claims/{claim_id}", headers={"X-User-Id": user, "X-Token": token})
+            got = json.loads(body).get("status") if status == 200 else status
+            out[f"claim_{key}_after"] = {"status": got, "ok": got == want}
+            if got != want:
+                self.report["notes"].append(f"a {key} claim read {got!r} after the load: its figures are not "
+                                            f"those of a {want} claim throughout")
+        return out
+
+    def close(self) -> None:
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+        if self.stores is not None:
+            if not self.args.keep_redis:  # the claim load leaves ~1M ledger entries in a shared Redis
+                with contextlib.suppress(Exception):
+                    flush_redis(self.stores.redis_url, what="api routes bench, at the end", allowed=True, force=True)
+            self.stores.stop()
+
+
+def subprocess_text(argv: list[str]) -> str:
+    import subprocess
+
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    return (proc.stderr or proc.stdout).strip()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The table
+
+
+def span(values: list[float | None], fmt: str) -> str:
+    vs = [v for v in values if v is not None]
+    if not vs:
+        return "-"
+    lo, hi = min(vs), max(vs)
+    return format(lo, fmt) if format(lo, fmt) == format(hi, fmt) else f"{format(lo, fmt)}-{format(hi, fmt)}"
+
+
+def summary(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per route over the rounds: the lowest and highest of each figure, the median ratio."""
+    rows = []
+    labels = report["labels"]
+    for key, label in labels.items():
+        runs = [r["routes"][key] for r in report["rounds"] if key in r["routes"]]
+        if not runs:
+            continue
+        ratios = [f["x_claim"] for f in runs if f.get("x_claim") is not None]
+        notes = []
+        if any(f.get("wrapped") for f in runs):
+            notes.append(f"orders reused {sum(f.get('wrapped') or 0 for f in runs):,}")
+        codes: dict[str, int] = {}
+        for f in runs:
+            for c, n in (f.get("codes") or {}).items():
+                codes[c] = codes.get(c, 0) + int(n)
+        if codes and set(codes) != {"0"} and key != "nope":
+            notes.append("codes " + ", ".join(f"{c}: {n:,}" for c, n in sorted(codes.items())))
+        rows.append({"key": key, "route": label,
+                     "requests_per_s": span([f["requests_per_s"] for f in runs], ",.0f"),
+                     "p99_ms": span([f["p99_ms"] for f in runs], ",.1f"),
+                     "x_claim": span(ratios, ".3f") if key != "claim" else "1",
+                     "x_claim_median": statistics.median(ratios) if ratios else None,
+                     "server_cpu_us": span([f.get("server_cpu_us_per_request") for f in runs], ",.0f"),
+                     "notes": "; ".join(notes)})
+    return rows
+
+
+def print_table(report: dict[str, Any]) -> None:
+    rounds = len(report["rounds"])
+    print(f"\napi routes  {report['timestamp']}  {report['git']}  {report['host']['cpus']} CPUs, load average before "
+          f"{report['host']['loadavg_before']}, after {report['host'].get('loadavg_after')}; "
+          f"{report['config']['workers']} web worker(s), wrk -t{report['config']['threads']} "
+          f"-c{report['config']['connections']} {report['config']['duration']:g}s, {rounds} round(s) "
+          "(a span is the rounds' lowest-highest)")
+    print("| route | req/s | p99 ms | x claim | server CPU us/req | notes |")
+    print("| --- | ---: | ---: | ---: | ---: | --- |")
+    for r in report["table"]:
+        print(f"| {r['route']} | {r['requests_per_s']} | {r['p99_ms']} | {r['x_claim']} | {r['server_cpu_us']} | "
+              f"{r['notes']} |")
+    for note in report["notes"]:
+        print(f"NOTE: {note}")
+    print(f"json: {rel(Path(report['file']))}", flush=True)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Main
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    p.add_argument("--duration", type=float, default=8.0, help="seconds of each route's load (8; --quick: 3)")
+    p.add_argument("--warmup", type=float, default=None, help="seconds of each route's warm-up (2; --quick: 1)")
+    p.add_argument("--rounds", type=int, default=None, help="rounds of every route (2; --quick: 1)")
+    p.add_argument("--connections", type=int, default=50, help="wrk -c (50)")
+    p.add_argument("--threads", type=int, default=2, help="wrk -t (2)")
+    p.add_argument("--workers", type=int, default=1, help="web server workers (1: the issue's measure)")
+    p.add_argument("--server-args", default="", help="extra options for the web server (config/server.py)")
+    p.add_argument("--shoppers", type=int, default=50_000,
+                   help="the claim's and the uses' shoppers (50000: 10 a second each would be 500,000 claims/s)")
+    p.add_argument("--holders", type=int, default=20_000,
+                   help="shoppers holding coupons and a pending claim (20000; --quick: 5000)")
+    p.add_argument("--proxy", action="store_true", help="also the public reads through nginx (deploy/nginx)")
+    p.add_argument("--quick", action="store_true", help="3 s loads, 1 s warm-up, 1 round, 5,000 holders")
+    p.add_argument("--force-flush", action="store_true", help="flush REDIS_URL's db even if not a bench's")
+    p.add_argument("--keep-redis", action="store_true", help="don't flush the Redis db at the end")
+    p.add_argument("--output", type=Path, default=OUT, help=f"the JSON ({rel(OUT)})")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.duration = 3.0 if args.duration == 8.0 else args.duration
+        args.holders = 5_000 if args.holders == 20_000 else args.holders
+    args.warmup = (1.0 if args.quick else 2.0) if args.warmup is None else args.warmup
+    args.rounds = (1 if args.quick else 2) if args.rounds is None else args.rounds
+    if args.rounds < 1 or args.holders < 1:
+        p.error("--rounds and --holders must be at least 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    common.set_name("api")
+    common.install_signal_handlers()
+    procs = Processes()
+    bench = ApiBench(args, procs)
+    report = bench.report
+    report.update(timestamp=datetime.now(UTC).isoformat(timespec="seconds"), git=common.git_revision(),
+                  host={"cpus": os.cpu_count(), "loadavg_before": [round(x, 2) for x in os.getloadavg()]},
+                  config={k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()})
+    try:
+        bench.setup()
+        report["labels"] = {r.key: r.label for u in routes(bench.ids, args.proxy) for r in u if r.recorded}
+        bench.run()
+    except Interrupted as exc:
+        log(f"{exc}: stopping ...")
+        return 130
+    except BenchError as exc:
+        log(f"ERROR: {exc}")
+        return 1
+    finally:
+        procs.stop_all()
+        bench.close()
+    report["host"]["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
+    report["table"] = summary(report)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    report["file"] = str(args.output)
+    args.output.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    print_table(report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -4,16 +4,17 @@ uvloop`).
 
     ClaimDoor        POST /api/v1/campaigns/{id}/claim on the event loop   (orders/door.py)
     HealthCheck      GET /healthz on the event loop                        (core/web.py)
-    DjangoThreads    everything else: Django's WSGI handler in threads     (core/web.py)
+    DjangoThreads    everything else: Django's WSGI handler in threads     (core/web.py; core/handlers.py)
 """
 from __future__ import annotations
 
 import os
 
-from django.core.wsgi import get_wsgi_application
-
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.dev")
-django_application = get_wsgi_application()
+
+from core.handlers import django_application as _django_application  # noqa: E402  (after the settings module)
+
+django_application = _django_application()  # the API's routes through the middleware they need
 
 from django.conf import settings  # noqa: E402  (after Django is set up: the imports below load the apps)
 

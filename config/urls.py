@@ -10,9 +10,9 @@ admin.site.index_title = _("Campaigns, coupons, claims and the jobs that keep th
 
 urlpatterns = [
     path("", include("storefront.urls")),  # "/" the demo storefront; "dev/demo-shopper" only with demo tokens
-    path("api/v1/", include("campaigns.urls")),
-    path("api/v1/", include("orders.urls")),
-    path("api/v1/", include("coupons.urls")),
+    path("api/v1/", include([  # one prefix: a path outside it is not tried against every API route
+        path("", include("campaigns.urls")), path("", include("orders.urls")), path("", include("coupons.urls")),
+    ])),
     path("", include("core.urls")),  # /healthz, /readyz, /metrics, /api/schema/, /api/docs/
     path("i18n/", include("django.conf.urls.i18n")),  # POST /i18n/setlang/: the language switch
     path("i18n/js/", JavaScriptCatalog.as_view(), name="javascript-catalog"),  # the storefront's strings

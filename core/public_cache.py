@@ -27,8 +27,9 @@ PRIVATE_CACHE_CONTROL = "private, no-store"  # whatever a shopper's token reads 
 _CACHED_STATUSES = (200, 404)  # an answer, or "no such campaign": both the same for every caller
 _MAX_ENTRIES = 2_000  # paths; past it the memory starts again (unknown ids are many, live campaigns few)
 
-# path with query -> (fresh until, status, body, ETag, content type)
-_answers: dict[str, tuple[float, int, bytes, str, str]] = {}
+# path with query -> (fresh until, status, body, ETag, the view's headers)
+_answers: dict[str, tuple[float, int, bytes, str, tuple[tuple[str, str], ...]]] = {}
+_OWN_HEADERS = {"content-length", "etag", "cache-control"}
 
 
 def forget_public_answers() -> None:
@@ -58,16 +59,19 @@ def public_answer(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpRe
             if callable(render):
                 render()  # a DRF Response: its JSON, once
             body = response.content  # type: ignore[attr-defined]
-            kept = (now + PUBLIC_FRESH_SECONDS, response.status_code, body, etag_of(body), response["Content-Type"])
+            headers = tuple((name, value) for name, value in response.items() if name.lower() not in _OWN_HEADERS)
+            kept = (now + PUBLIC_FRESH_SECONDS, response.status_code, body, etag_of(body), headers)
             if len(_answers) >= _MAX_ENTRIES:
                 _answers.clear()
             _answers[key] = kept
-        _, status, body, etag, content_type = kept
+        _, status, body, etag, headers = kept
         if status == 200 and _matches(request, etag):
-            response = HttpResponse(status=304)
+            response = HttpResponse(status=304)  # RFC 9110 15.4.5: the validator and caching headers, no body
             del response["Content-Type"]
         else:
-            response = HttpResponse(body, status=status, content_type=content_type)
+            response = HttpResponse(body, status=status)
+            for name, value in headers:
+                response[name] = value
         response["ETag"] = etag
         response["Cache-Control"] = PUBLIC_CACHE_CONTROL
         return response

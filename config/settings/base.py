@@ -91,6 +91,15 @@ MIDDLEWARE = [
 ]
 
 ROOT_URLCONF = "config.urls"
+# The middleware of the API's routes (/api/v1/, core/handlers.py): token-authenticated or public JSON needs none of
+# the console's (sessions, language, CSRF, auth user, messages, frame options), which cost half of a JSON 404.
+API_MIDDLEWARE = [
+    "core.http.ForwardedHeadersMiddleware",
+    "core.logs.RequestIdMiddleware",
+    "core.api.HostCheckMiddleware",
+    "core.api.DatabaseUnavailableMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+]
 WSGI_APPLICATION = "config.wsgi.application"
 ADMIN_URL = env("DJANGO_ADMIN_URL", "admin/")
 # An operator's session ends 12 h after the login, or after 30 minutes without a console page, whichever comes

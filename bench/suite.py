@@ -17,6 +17,8 @@ Phases (bench/README.md documents each and how to read the report):
   soldout   wrk on the sold-out campaign vs the bare endpoint, measured right after
   naive     the naive PostgreSQL claim (bench/naive_claim.py), same wrk load
   verify    manage.py verify_campaign on the benched campaigns
+  api       bench/api_routes.py: every shopper route beside the claim (issue 35), with its own web server on
+            the suite's stores (the suite's web server, worker and seed-go stopped first)
   memory    Redis bytes per claimed shopper / ledger entry / answer key, 1,000,000 claims loaded into a private
             Valkey through the claim script
   expiry    bench/expiry_sweep.py: 1,000,000 due coupons vs row by row, peak RSS
@@ -94,7 +96,8 @@ BENCH_DIR = Path(__file__).resolve().parent
 MIX_LUA = BENCH_DIR / "claim_mix.lua"
 LOADGEN_SRC = BENCH_DIR / "loadgen" / "main.go"
 SEED_CAMPAIGN_BASE = 900_000  # seed-go's campaign ids (its own Redis db): one per run, so shoppers are fresh
-PHASES = ["selling", "fixed", "syscalls", "profile", "drain", "storm", "soldout", "naive", "verify", "memory", "expiry"]
+PHASES = ["selling", "fixed", "syscalls", "profile", "drain", "storm", "soldout", "naive", "verify", "api",
+          "memory", "expiry"]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -773,6 +776,25 @@ class Suite:
             results[str(cid)] = verify(self.env, cid)
         self.report["checks"]["verify_campaign"] = {k: {"balanced": v["balanced"], "exit_code": v["exit_code"],
                                                          "output": v["output"]} for k, v in results.items()}
+
+    def phase_api(self) -> None:
+        """bench/api_routes.py on the suite's stores; it runs its own web server (1 worker) and no worker, so the
+        suite's are stopped first: they would share the cores, and the worker would drain its pending claims."""
+        self.stop_services()
+        argv = [sys.executable, str(BENCH_DIR / "api_routes.py"), *(["--quick"] if self.args.quick else [])]
+        log(f"== api: {shlex.join(argv[1:])}")
+        env = {**os.environ, "DATABASE_URL": self.stores.database_url, "REDIS_URL": self.stores.redis_url}
+        out = RESULTS_DIR / "api_routes.json"
+        started = time.time()
+        rc = subprocess.run(argv, cwd=BASE_DIR, env=env, check=False, start_new_session=True,
+                            preexec_fn=common._child_setup).returncode  # noqa: PLW1509
+        if rc != 0 or not out.exists() or out.stat().st_mtime < started:
+            raise BenchError(f"api_routes.py exited with code {rc} (its output is above)")
+        data = json.loads(out.read_text())
+        self.report["scenarios"]["api"] = {
+            "what": "every shopper route beside the claim, wrk -t2 -c50, 1 web worker (bench/api_routes.py)",
+            "results_file": rel(out), "table": data["table"], "checks": data.get("checks"),
+            "loadavg": data["host"]}
 
     def stop_services(self) -> None:
         self.pause_worker(False)

@@ -485,24 +485,37 @@ def flush_redis(url: str, *, what: str, allowed: bool, force: bool) -> None:
 # wrk
 
 
-def ensure_wrk() -> str:
-    """Return wrk's path, installing Debian's package when it is missing."""
-    path = shutil.which("wrk")
+def ensure_tool(command: str, package: str) -> str:
+    """Return `command`'s path, installing Debian's `package` when it is missing."""
+    path = shutil.which(command)
     if path:
         return path
-    log("wrk is not installed: installing it with `apt-get install -y wrk` (needs root and Debian's mirror) ...")
+    log(f"{command} is not installed: installing it with `apt-get install -y {package}` (needs root and Debian's "
+        "mirror) ...")
     apt = ["apt-get", "-o", "DPkg::Lock::Timeout=300", "-y", "-q"]
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for step in (["install", "wrk"], ["update"], ["install", "wrk"]):  # update only if the first install fails
-        if shutil.which("wrk"):
+    for step in (["install", package], ["update"], ["install", package]):  # update only if the first install fails
+        if shutil.which(command):
             break
         with contextlib.suppress(OSError):
             subprocess.run([*apt, *step], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
-    path = shutil.which("wrk")
+    path = shutil.which(command)
     if not path:
-        raise BenchError("could not install wrk: install it yourself (`apt-get install -y wrk`) and run again.")
-    log(f"wrk installed: {path}")
+        raise BenchError(f"could not install {command}: install it yourself (`apt-get install -y {package}`) and "
+                         "run again.")
+    log(f"{command} installed: {path}")
     return path
+
+
+def ensure_wrk() -> str:
+    """Return wrk's path, installing Debian's package when it is missing."""
+    return ensure_tool("wrk", "wrk")
+
+
+def ensure_go() -> str:
+    """Return go's path, installing Debian's golang-go when it is missing (bench/loadgen needs only the standard
+    library; seed-go's build.sh installs the same package, but the seed's source may not be beside the project)."""
+    return ensure_tool("go", "golang-go")
 
 
 _UNITS_MS = {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60000.0, "h": 3600000.0}
@@ -682,6 +695,9 @@ def build_seed_go(env: dict[str, str]) -> Path:
     out_dir = BENCH_VAR / "seed-go"
     binary = out_dir / "seed-go"
     source = SEED_GO_DIR / "main.go"
+    if not source.exists():  # a clone of the project alone: the seed's workspace is not beside it
+        raise BenchError(f"the seed's Go service is not beside the project ({SEED_GO_DIR} has no main.go; "
+                         "COUPONRUSH_SHARED_DIR names the shared directory)")
     if binary.exists() and binary.stat().st_mtime >= source.stat().st_mtime:
         log(f"seed-go: reusing {rel(binary)}")
         return binary

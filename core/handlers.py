@@ -48,7 +48,7 @@ def django_application() -> Callable[[dict[str, Any], Callable[..., Any]], Itera
     api = ApiHandler()
 
     def application(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        handler = api if environ.get("PATH_INFO", "").startswith(API_PREFIX) else whole
+        handler = api if environ["PATH_INFO"].startswith(API_PREFIX) else whole  # PEP 3333: always there
         return handler(environ, start_response)
 
     return application

@@ -76,7 +76,10 @@ def test_the_api_doc_has_a_curl_line_for_every_endpoint() -> None:
         out = []
         for pattern in patterns:
             if isinstance(pattern, URLResolver):
-                continue  # the admin: the operator's guide shows it
+                if str(pattern.pattern) != "api/v1/":
+                    continue  # the admin, i18n: the operator's guide shows them
+                out += routes(pattern.url_patterns, prefix + str(pattern.pattern))
+                continue
             assert isinstance(pattern, URLPattern)
             out.append(prefix + str(pattern.pattern))
         return out

@@ -5,8 +5,9 @@ with loopback ports, a certificate made here and nginx's temporary paths under a
 
 Through it, over TLS: a claim is claimed, with a chunked body too; the server sees the proxy's X-Forwarded-For
 (a client's own addresses do not escape the server's per-address limit) and none of a client's forwarded
-fields; HTTP/2 is negotiated; plain HTTP is a redirect; /metrics and /admin answer only the allowed addresses;
-a body over 64 KiB, a head over the proxy's buffers and too many claims are refused in the contract's JSON.
+fields; HTTP/2 is negotiated; plain HTTP is a redirect; /metrics and the console, where DJANGO_ADMIN_URL puts it,
+answer only the allowed addresses; a body over 64 KiB, a head over the proxy's buffers and too many claims are
+refused in the contract's JSON; an IPv6 client is limited by its /64, over IPv6 loopback too.
 
 Skipped, with the reason, where nginx is not installed (CI installs Debian's: .ci/run)."""
 from __future__ import annotations
@@ -70,18 +71,26 @@ def envsubst(text: str, env: dict[str, str]) -> str:
     return ENVSUBST_NAME.sub(lambda m: env.get(m.group(1) or m.group(2), m.group(0)), text)
 
 
+def entry_point_script(exported: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """Source the entry point script as the image does, with this environment; print what it exports as
+    `exported`."""
+    return subprocess.run(["sh", "-c", f'. "{ALLOW_SCRIPT}" && printf %s "${exported}"'],
+                          env={"PATH": os.environ["PATH"], **env}, capture_output=True, text=True, timeout=30)
+
+
 def private_allow_rules(allowed: str) -> subprocess.CompletedProcess[str]:
-    """Source the entry point script as the image does, with PROXY_PRIVATE_ALLOW set; print what it exports."""
-    return subprocess.run(["sh", "-c", f'. "{ALLOW_SCRIPT}" && printf %s "$PROXY_PRIVATE_ALLOW_RULES"'],
-                          env={"PATH": os.environ["PATH"], "PROXY_PRIVATE_ALLOW": allowed},
-                          capture_output=True, text=True, timeout=30)
+    return entry_point_script("PROXY_PRIVATE_ALLOW_RULES", PROXY_PRIVATE_ALLOW=allowed)
+
+
+def admin_location(admin_url: str) -> subprocess.CompletedProcess[str]:
+    return entry_point_script("PROXY_ADMIN_LOCATION", PROXY_ADMIN_URL=admin_url)
 
 
 def rendered(settings: dict[str, str]) -> str:
     env = {**compose_environment(), **settings}
-    rules = private_allow_rules(env["PROXY_PRIVATE_ALLOW"])
-    assert rules.returncode == 0, rules.stderr
-    env["PROXY_PRIVATE_ALLOW_RULES"] = rules.stdout
+    rules, location = private_allow_rules(env["PROXY_PRIVATE_ALLOW"]), admin_location(env["PROXY_ADMIN_URL"])
+    assert rules.returncode == location.returncode == 0, rules.stderr + location.stderr
+    env["PROXY_PRIVATE_ALLOW_RULES"], env["PROXY_ADMIN_LOCATION"] = rules.stdout, location.stdout
     admitted = re.compile(env["NGINX_ENVSUBST_FILTER"])
     return envsubst(TEMPLATE.read_text(), {k: v for k, v in env.items() if admitted.search(k)})
 
@@ -95,18 +104,21 @@ class Certificate(NamedTuple):
 
 
 class Proxy:
-    """nginx with the rendered template in front of 127.0.0.1:upstream, listening on free loopback ports."""
+    """nginx with the rendered template in front of 127.0.0.1:upstream, listening on free loopback ports;
+    `edit`, a test's own change to the rendered file (said where it is used)."""
 
-    def __init__(self, folder: Path, upstream: int, certificate: Certificate, **settings: str) -> None:
+    def __init__(self, folder: Path, upstream: int, certificate: Certificate,
+                 edit: Callable[[str, int], str] | None = None, **settings: str) -> None:
         self.folder, self.certificate = folder, certificate
         self.https_port, self.http_port = free_port(), free_port()
         self.conf = folder / "nginx.conf"
-        self.conf.write_text(rendered({
+        conf = rendered({
             "PROXY_HTTPS_LISTEN": f"127.0.0.1:{self.https_port}", "PROXY_HTTP_LISTEN": f"127.0.0.1:{self.http_port}",
             "PROXY_UPSTREAM": f"127.0.0.1:{upstream}", "PROXY_TLS_CERTIFICATE": str(certificate.cert),
             "PROXY_TLS_CERTIFICATE_KEY": str(certificate.key), "PROXY_PID_FILE": str(folder / "nginx.pid"),
             "PROXY_TEMP_DIR": str(folder), **settings,
-        }))
+        })
+        self.conf.write_text(edit(conf, self.https_port) if edit else conf)
         self.log = folder / "nginx.log"
         with self.log.open("wb") as out:  # the access log (/dev/stdout) and the error log (stderr)
             self.proc = subprocess.Popen(self.argv("-g", "daemon off;"), stdout=out, stderr=out,
@@ -202,10 +214,10 @@ def proxies(folder: Path, certificate: Certificate) -> Iterator[Callable[..., Pr
     """Start a proxy in front of a port, with these PROXY_ settings; all of them are stopped at the end."""
     started: list[Proxy] = []
 
-    def start(upstream: int, **settings: str) -> Proxy:
+    def start(upstream: int, edit: Callable[[str, int], str] | None = None, **settings: str) -> Proxy:
         own = folder / f"proxy{len(started)}"
         own.mkdir(mode=0o755)
-        started.append(Proxy(own, upstream, certificate, **settings))
+        started.append(Proxy(own, upstream, certificate, edit, **settings))
         return started[-1]
 
     yield start
@@ -278,8 +290,8 @@ def test_every_variable_of_the_template_is_set_by_compose() -> None:
     braced = set(re.findall(r"\$\{([^}]*)\}", template))
     env = compose_environment()
     assert all(name.startswith("PROXY_") for name in braced), braced
-    assert braced == {name for name in env if name.startswith("PROXY_")} - {"PROXY_PRIVATE_ALLOW"} | {
-        "PROXY_PRIVATE_ALLOW_RULES"}
+    assert braced == {name for name in env if name.startswith("PROXY_")} - {"PROXY_PRIVATE_ALLOW", "PROXY_ADMIN_URL"} | {
+        "PROXY_PRIVATE_ALLOW_RULES", "PROXY_ADMIN_LOCATION"}
     nginx_variables = set(re.findall(r"\$([A-Za-z_][A-Za-z0-9_]*)", template))
     assert nginx_variables and all(name == name.lower() for name in nginx_variables), nginx_variables
     assert env["NGINX_ENVSUBST_FILTER"] == "^PROXY_" and env["NGINX_ENVSUBST_OUTPUT_DIR"] == "/etc/nginx"
@@ -300,6 +312,26 @@ def test_the_private_allow_list_becomes_allow_rules_and_refuses_anything_else() 
     mode = subprocess.run(["git", "ls-files", "-s", str(ALLOW_SCRIPT.relative_to(ROOT))], cwd=ROOT,
                           capture_output=True, text=True, check=True).stdout.split()[0]
     assert mode == "100755" and os.access(ALLOW_SCRIPT, os.X_OK)
+
+
+def test_web_and_the_proxy_get_the_consoles_path_from_one_variable() -> None:
+    """DJANGO_ADMIN_URL moves the console (config/settings/base.py, default admin/): compose hands the same
+    value to web and to the proxy, which keeps that path private."""
+    services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    assert services["web"]["environment"]["DJANGO_ADMIN_URL"] == "${DJANGO_ADMIN_URL:-admin/}"
+    assert compose_proxy()["environment"]["PROXY_ADMIN_URL"] == "${DJANGO_ADMIN_URL:-admin/}"
+    assert 'ADMIN_URL = env("DJANGO_ADMIN_URL", "admin/")' in (ROOT / "config" / "settings" / "base.py").read_text()
+
+
+def test_the_consoles_path_becomes_the_private_prefix_and_nothing_else_is_accepted() -> None:
+    assert admin_location("admin/").stdout == "/admin"  # also /admin itself, as web's redirect target
+    assert admin_location("ops-7f3a/").stdout == "/ops-7f3a"
+    assert admin_location("back/office//").stdout == "/back/office"
+    assert admin_location("ops").stdout == "/ops"  # path("ops", ...): the console's pages are /opslogin/...
+    assert entry_point_script("PROXY_ADMIN_LOCATION").stdout == "/admin"  # unset: the default
+    for bad in ("", "/admin/", "ops;allow all;", "ops {", "ops admin/", "op$x/", "<slug:x>/"):
+        refused = admin_location(bad)
+        assert refused.returncode == 1 and "is not a path" in refused.stderr, bad
 
 
 def test_nginx_accepts_the_rendered_configuration(folder: Path, certificate: Certificate) -> None:
@@ -434,6 +466,28 @@ def test_metrics_and_admin_answer_only_the_allowed_addresses(server, proxy, prox
     assert_refusal(call(opened, "GET", "/metrics"), 404, "not_found")
 
 
+def test_a_moved_console_is_private_where_it_moved(proxies, tmp_path) -> None:
+    """web with DJANGO_ADMIN_URL=ops-7f3a/, the proxy rendered from the same value (compose gives both)."""
+    server = Server(tmp_path / "server.log", env={"DJANGO_ADMIN_URL": "ops-7f3a/"})
+    try:
+        proxy = proxies(server.port, PROXY_ADMIN_URL="ops-7f3a/")
+        for path in ("/ops-7f3a/", "/ops-7f3a/login/", "/ops-7f3a", "/%6Fps-7f3a/login/", "//ops-7f3a/login/",
+                     "/x/../ops-7f3a/login/",
+                     # Public here once resolved, the console's there (web does not resolve them): refused.
+                     "/ops-7f3a/../healthz", "/ops-7f3a/%2E%2E/healthz", "/ops-7f3a%2F..%2Fhealthz",
+                     "/ops-7f3a/./login/%2e%2e/%2e%2e/healthz?a=1"):
+            assert_refusal(call(proxy, "GET", path, source="127.0.0.2"), 404, "not_found")
+        # A query is not a path, and a segment of dots and more is a name: web answers them.
+        assert call(proxy, "GET", "/healthz?next=/../x", source="127.0.0.2").status == 200
+        assert call(proxy, "GET", "/api/v1/campaigns/..1", source="127.0.0.2").json()["detail"] == (
+            "Not an id: ids are positive integers.")
+        login = call(proxy, "GET", "/ops-7f3a/login/")  # from the allowed address
+        assert login.status == 200 and b'name="password"' in login.body
+        assert call(proxy, "GET", "/admin/login/").status == 404  # nothing is there any more: web's own 404
+    finally:
+        server.stop()
+
+
 def test_a_body_over_64_kib_is_the_proxys_413_in_the_contracts_form(echo_proxy) -> None:
     by_length = call(echo_proxy, "POST", "/x", {"Content-Type": "application/json"}, b"a" * (BODY_LIMIT + 1))
     assert_refusal(by_length, 413, "payload_too_large")
@@ -451,6 +505,49 @@ def test_heads_the_server_would_refuse_are_refused_in_the_contracts_form(echo_pr
     # What the server accepts and a browser sends passes: a 14 KB cookie, 56 KB of fields.
     assert handed(call(echo_proxy, "GET", "/x", {"Cookie": "a" * 14_000}))["headers"]["cookie"] == ["a" * 14_000]
     assert len(handed(call(echo_proxy, "GET", "/x", {f"X-F{i}": "a" * 1000 for i in range(56)}))["headers"]) > 56
+
+
+def test_an_ipv6_client_is_limited_by_its_64_and_over_ipv6_loopback(proxies, tmp_path_factory) -> None:
+    """The proxy's limits key an IPv6 client by its /64. Loopback has one IPv6 address, so the test (and only
+    it) has nginx take the client's address from a field, X-Test-Client (realip, from loopback alone), and
+    also listen on [::1] for a real IPv6 connection."""
+    def edit(conf: str, https_port: int) -> str:
+        conf = conf.replace("http {\n", "http {\n    set_real_ip_from 127.0.0.1;\n    set_real_ip_from ::1;\n"
+                                         "    real_ip_header X-Test-Client;\n", 1)
+        return conf.replace(f"listen 127.0.0.1:{https_port} ssl http2 default_server;",
+                            f"listen 127.0.0.1:{https_port} ssl http2 default_server;\n"
+                            f"        listen [::1]:{https_port} ssl http2 default_server;", 1)
+
+    echo = Echo(tmp_path_factory.mktemp("echo6") / "echo.log")
+    try:
+        limited = proxies(echo.port, edit, PROXY_REQUEST_RATE="1r/m", PROXY_REQUEST_BURST="2")
+
+        def from_(client: str) -> int:
+            answer = call(limited, "GET", "/x", {"X-Test-Client": client})
+            if answer.status == 200:
+                assert handed(answer)["headers"]["x-forwarded-for"] == [client]  # the address, not the /64
+            return answer.status
+
+        rotating = [from_(f"2001:db8:1:2::{i:x}") for i in range(1, 6)]  # one /64, five addresses
+        other_64 = from_("2001:db8:1:3::1")
+        ipv4 = [from_(f"198.51.100.{i}") for i in range(1, 5)]  # IPv4: each address its own
+
+        context = limited.certificate.context()
+        context.check_hostname = False  # the certificate names 127.0.0.1, not ::1 (its chain is still checked)
+        over_ipv6 = []
+        for _ in range(4):
+            connection = http.client.HTTPSConnection("::1", limited.https_port, context=context, timeout=10,
+                                                     source_address=("::1", 0))
+            connection.request("GET", "/x")
+            response = connection.getresponse()
+            over_ipv6.append((response.status, response.read()))
+            connection.close()
+    finally:
+        stop_group(echo.proc)
+    assert rotating == [200, 200, 200, 429, 429]  # one at the rate, two of burst: then the /64 is limited
+    assert other_64 == 200 and ipv4 == [200] * 4
+    assert [status for status, _ in over_ipv6] == [200, 200, 200, 429]
+    assert json.loads(over_ipv6[0][1])["headers"].count(["x-forwarded-for", "::1"]) == 1
 
 
 @pytest.mark.django_db(transaction=True)

@@ -16,18 +16,14 @@ from drf_spectacular.utils import (
     inline_serializer,
 )
 from rest_framework import serializers
-from rest_framework.pagination import PageNumberPagination
-from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from campaigns import pricing
 from campaigns.apis import AmountInCurrencyField
 from campaigns.models import SCOPE_NAME_RE
 from campaigns.money import AMOUNT_PLACES, MINOR_UNITS, InvalidAmount, amount_re, parse_amount
-from core.api import ShopperApi, ShopperTokenAuthentication, idempotency_key_parameter, pattern_schema
-from core.errors import BadRequest
+from core.api import ShopperApi, idempotency_key_parameter, pattern_schema
 from core.http import client_ip, idempotency_key
 
 from .carts import cart_validate
@@ -36,7 +32,6 @@ from .idempotency import Answer, run_idempotent
 from .metrics import USES
 from .models import Coupon, CouponStatus
 from .outcomes import REFUSALS, UseCode, UseOutcome, refused
-from .selectors import coupons_of_user
 from .services import (
     HOLD_SECONDS_DEFAULT,
     HOLD_SECONDS_MAX,
@@ -47,7 +42,6 @@ from .services import (
     coupon_redeem,
     coupon_release,
     coupon_reserve,
-    coupons_settle_due,
     typed_code_form,
 )
 
@@ -69,84 +63,6 @@ class CouponOutputSerializer(serializers.ModelSerializer):
             "discount_type", "discount_value", "max_discount", "min_spend", "currency",
             "order_id", "hold_until", "discount",
         ]
-
-
-class CouponPagination(PageNumberPagination):
-    page_size = 20
-    page_size_query_param = "page_size"
-    max_page_size = 100
-
-    def get_paginated_response(self, data: Any) -> Response:
-        assert self.page is not None
-        return Response({
-            "code": 0, "status": "ok", "count": self.page.paginator.count,
-            "next": self.get_next_link(), "previous": self.get_previous_link(), "results": data,
-        })
-
-    def get_page_size(self, request: Any) -> int:
-        raw = request.query_params.get(self.page_size_query_param)
-        if raw is None:
-            return self.page_size
-        if not (raw.isascii() and raw.isdigit() and len(raw) <= 4) or not 1 <= int(raw) <= self.max_page_size:
-            raise BadRequest(f"page_size is a whole number from 1 to {self.max_page_size}.")
-        return int(raw)
-
-    def get_page_number(self, request: Any, paginator: Any) -> Any:
-        """A page is a whole number from 1 (or "last"): anything else is a 400 (a page past the last is DRF's
-        404)."""
-        raw = request.query_params.get(self.page_query_param)
-        if raw is not None and raw not in self.last_page_strings and not (
-                raw.isascii() and raw.isdigit() and raw.strip("0")):
-            raise BadRequest("page is a whole number from 1.")
-        return super().get_page_number(request, paginator)
-
-    def get_schema_operation_parameters(self, view: Any) -> list[dict[str, Any]]:
-        """page and page_size as get_page_size() and the paginator read them."""
-        limits = {self.page_query_param: {"minimum": 1},
-                  self.page_size_query_param: {"minimum": 1, "maximum": self.max_page_size}}
-        parameters = super().get_schema_operation_parameters(view)
-        for parameter in parameters:
-            parameter["schema"] = {**parameter["schema"], **limits.get(parameter["name"], {})}
-        return parameters
-
-    def get_paginated_response_schema(self, schema: dict[str, Any]) -> dict[str, Any]:
-        wrapped = super().get_paginated_response_schema(schema)
-        wrapped["properties"] = {"code": {"type": "integer", "example": 0},
-                                 "status": {"type": "string", "example": "ok"}, **wrapped["properties"]}
-        return wrapped
-
-
-class MyCouponsApi(APIView):
-    """GET /api/v1/me/coupons?status=: the shopper's coupons, newest first, paginated."""
-
-    authentication_classes = [ShopperTokenAuthentication]
-    permission_classes = [IsAuthenticated]
-    pagination_class = CouponPagination
-
-    class FilterSerializer(serializers.Serializer):
-        status = serializers.ChoiceField(
-            choices=CouponStatus.choices, required=False,
-            error_messages={"invalid_choice": f"status is one of: {', '.join(CouponStatus.values)}."})
-
-    @extend_schema(
-        tags=["coupons"],
-        summary="The shopper's coupons",
-        description="The authenticated shopper's coupons, newest first, 20 a page (page_size up to 100), "
-                    "optionally of one status. Coupons past their validity are expired (with their event) before "
-                    "the list is read, so a shopper never sees a stale status.",
-        parameters=[FilterSerializer],  # page and page_size: CouponPagination's
-        responses={200: CouponOutputSerializer(many=True)},
-    )
-    def get(self, request: Request) -> Response:
-        filters = self.FilterSerializer(data=request.query_params.dict())  # a plain dict: "?status=" is refused
-        filters.is_valid(raise_exception=True)
-        status = filters.validated_data.get("status")
-        user_id = request.user.user_id  # type: ignore[union-attr]
-        coupons_settle_due(user_id=user_id)  # lazy expiry: what a shopper sees is never stale
-        coupons = coupons_of_user(user_id=user_id, status=status)
-        paginator = self.pagination_class()
-        page = paginator.paginate_queryset(coupons, request, view=self)
-        return paginator.get_paginated_response(CouponOutputSerializer(page, many=True).data)
 
 
 # --- using a coupon: reserve, confirm, redeem, release ------------------------------------------------

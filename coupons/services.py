@@ -33,6 +33,7 @@ from .codes import new_codes, normalize_code
 from .events_out import coupon_event_out, coupon_event_payload, new_coupon_out_ctes
 from .models import Coupon, CouponEvent, CouponEventType, CouponStatus, UniqueCode
 from .outcomes import UseCode, UseOutcome, done, jsonable, refused
+from .selectors import coupons_due
 from .unique_codes import canonical_unique_code, unique_code_lookup
 
 log = logging.getLogger(__name__)
@@ -173,10 +174,7 @@ def coupon_settle(*, coupon: Coupon, now: datetime, source: str = "lazy") -> boo
 def coupons_settle_due(*, user_id: str) -> int:
     """Lapse the shopper's holds and expire their coupons whose time has come; return how many changed."""
     now = timezone.now()
-    due = Coupon.objects.filter(user_id=user_id).filter(
-        Q(status=CouponStatus.HELD, hold_until__lte=now)
-        | Q(status=CouponStatus.ACTIVE, expires_at__lte=now - timedelta(seconds=1))
-    )
+    due = coupons_due(user_id=user_id, now=now)
     changed = 0
     for coupon in due[:500]:
         with transaction.atomic():

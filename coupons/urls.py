@@ -1,7 +1,8 @@
 """The storefront API's coupon routes (config/urls.py includes them under /api/v1/)."""
 from django.urls import path
 
-from .apis import CartValidateApi, CouponConfirmApi, CouponRedeemApi, CouponReleaseApi, CouponReserveApi, MyCouponsApi
+from .apis import CartValidateApi, CouponConfirmApi, CouponRedeemApi, CouponReleaseApi, CouponReserveApi
+from .mine import MyCouponsApi
 
 urlpatterns = [
     path("me/coupons", MyCouponsApi.as_view(), name="my-coupons"),

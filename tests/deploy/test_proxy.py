@@ -571,3 +571,28 @@ def test_claims_over_the_proxys_claim_rate_are_a_429_with_retry_after(server, pr
         body = assert_refusal(refused, 429, "rate_limited")
         assert refused.headers["Retry-After"] == "1" and "address" in body["detail"]  # the proxy's, not the server's
     assert call(limited, "GET", f"/api/v1/campaigns/{campaign.pk}").status == 200  # other routes: their own rate
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_public_reads_are_microcached_for_a_second_and_answer_304(proxy, live_campaign) -> None:
+    """docs/api.md's reads around a sale: one request a path a second reaches web, `remaining` follows after it,
+    and the copy's ETag answers a matching If-None-Match with a 304."""
+    campaign = live_campaign(total_stock=5)
+    path = f"/api/v1/campaigns/{campaign.pk}"
+    time.sleep(1.1)  # whatever an earlier test left in the cache has expired
+    first = call(proxy, "GET", path)
+    second = call(proxy, "GET", path)
+    assert first.status == second.status == 200 and first.body == second.body
+    assert first.headers["X-Cache-Status"] == "MISS" and second.headers["X-Cache-Status"] == "HIT"
+    assert second.headers["Cache-Control"] == "public, max-age=1" and second.headers["ETag"] == first.headers["ETag"]
+    revalidated = call(proxy, "GET", path, {"If-None-Match": first.headers["ETag"]})
+    assert revalidated.status == 304 and revalidated.body == b""
+
+    assert call(proxy, "POST", f"{path}/claim", shopper("ann"), b"{}").json()["status"] == "claimed"  # not cached
+    assert call(proxy, "GET", path).json()["remaining"] == 5  # the copy, for up to a second
+    time.sleep(1.6)  # the proxy's second and the worker's half second
+    assert call(proxy, "GET", path).json()["remaining"] == 4
+    listed = call(proxy, "GET", "/api/v1/campaigns?x=1")
+    assert listed.status == 200 and listed.headers["X-Cache-Status"] in ("MISS", "EXPIRED")
+    unknown = call(proxy, "GET", "/api/v1/campaigns/424242")
+    assert unknown.status == 404 and unknown.json()["status"] == "not_found"

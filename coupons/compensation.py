@@ -16,6 +16,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
+from campaigns.claim_settled import claims_changed
 from core.tracing import span
 
 from . import metrics
@@ -213,6 +214,7 @@ def _repair_one(coupon_id: int) -> bool:
         if was == {"status": folded.status, "order_id": folded.order_id, "version": folded.version}:
             return False
         version = max(folded.version, coupon.version) + 1
+        claims_changed([coupon.claim_id])  # its claim's settled record may show the row as it was
         held = folded.status == CouponStatus.HELD
         keeps_order = folded.status in (CouponStatus.HELD, CouponStatus.REDEEMED)
         Coupon.objects.filter(pk=coupon_id).update(

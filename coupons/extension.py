@@ -18,6 +18,7 @@ from django.db import connection, transaction
 from django.db.models import Max
 from django.utils.translation import gettext
 
+from campaigns.claim_settled import claims_changed
 from campaigns.models import Campaign, CampaignEvent, CampaignEventType
 from core.errors import ApplicationError
 from core.locks import AdvisoryLock
@@ -124,7 +125,7 @@ WITH batch AS (
     WHERE c.id = batch.id
       AND c.status IN (%(active)s, %(held)s)
       AND c.expires_at > now() - interval '1 second'
-    RETURNING c.id, c.expires_at
+    RETURNING c.id, c.expires_at, c.claim_id
 ), logged AS (
     INSERT INTO {CouponEvent._meta.db_table} (coupon_id, campaign_id, type, data, source, created_at)
     SELECT id, %(campaign)s, %(extended)s,
@@ -134,7 +135,7 @@ WITH batch AS (
     FROM moved
     RETURNING 1
 )
-SELECT (SELECT max(id) FROM batch), (SELECT count(*) FROM logged)
+SELECT (SELECT max(id) FROM batch), (SELECT count(*) FROM logged), (SELECT array_agg(claim_id) FROM moved)
 """
 
 
@@ -167,7 +168,8 @@ def validity_extension_apply(*, extension: CampaignEvent, batch_size: int = BATC
             cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)",
                            [AdvisoryLock.VALIDITY_EXTENSION, extension.pk & 0x7FFFFFFF])
             cursor.execute(_BATCH_SQL, {**params, "after": after})
-            last_id, count = cursor.fetchone()  # type: ignore[misc]
+            last_id, count, claim_ids = cursor.fetchone()  # type: ignore[misc]
+            claims_changed(claim_ids or [])  # their claims' settled records showed the old expiry: before the commit
         if last_id is None:
             return extended
         extended += count

@@ -20,6 +20,7 @@ from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
 from campaigns import pricing, redis_state
+from campaigns.claim_settled import claims_changed
 from campaigns.errors import CampaignStateLost
 from campaigns.models import Audience, Campaign, CampaignKind, CampaignState, shared_code_form
 from campaigns.services import campaign_preheat, live_campaign_of_code
@@ -134,6 +135,8 @@ def _transition(
 
     `guard` adds conditions on fields a change depends on that are not state changes (expires_at).
     """
+    if coupon.version == 1:  # its claim's settled record shows it as issued: PostgreSQL answers from this change on
+        claims_changed([coupon.claim_id])
     unchanged = Coupon.objects.filter(pk=coupon.pk, status=coupon.status, version=coupon.version, **(guard or {}))
     updated = unchanged.update(
         status=to, version=F("version") + 1, updated_at=timezone.now(), **fields
@@ -1052,6 +1055,7 @@ def coupon_extend_validity(*, coupon: Coupon, days: int, actor: str) -> bool:
         if current.status not in (CouponStatus.ACTIVE, CouponStatus.HELD) or current.is_expired_at(timezone.now()):
             return False
         new_expiry = current.expires_at + timedelta(days=days)
+        claims_changed([current.claim_id])  # its claim's settled record shows the old expiry
         Coupon.objects.filter(pk=current.pk).update(expires_at=new_expiry, updated_at=timezone.now())
         CouponEvent.objects.create(coupon_id=current.pk, campaign_id=current.campaign_id,
                                    type=CouponEventType.EXTENDED, source="admin",

@@ -5,6 +5,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from campaigns import redis_state
+from campaigns.claim_settled import claims_changed
 from campaigns.errors import CampaignStateLost
 from campaigns.models import Campaign
 from campaigns.redis_state import ClaimCode, StoreUnavailable
@@ -69,10 +70,11 @@ def claim_cancel(*, user_id: str, claim_id: str) -> UseOutcome:
             if entry is not None and entry.user_id == user_id:
                 if over:
                     return ended
+                claims_changed([claim_id])  # GET /claims/{id} asks PostgreSQL from now on (before the commit)
                 if persist_cancelled_entry(entry):  # still pending: the drain will never issue it
                     _restock(Claim.objects.get(claim_id=claim_id))
                     return done("cancelled", claim_id=claim_id)
-            # Persisted meanwhile by the drain (it commits before it deletes the entry), or unknown.
+            # Persisted meanwhile by the drain (it commits before it acknowledges the entry), or unknown.
             claim = Claim.objects.select_for_update().filter(claim_id=claim_id).first()
         if claim is None or claim.user_id != user_id:
             raise NotFound("No such claim.")

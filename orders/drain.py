@@ -1,5 +1,6 @@
 """The ledger drain: move a campaign's claims from its Redis ledger into PostgreSQL in batches (read, persist,
-acknowledge), creating each claim, its coupon and the coupon's 'issued' event in one statement.
+settle: acknowledge with the claims' settled records, orders/settle.py), creating each claim, its coupon and the
+coupon's 'issued' event in one statement.
 
 The one writer of claims and coupons in bulk: raw SQL on the tables of orders and coupons (_PERSIST_SQL),
 named through their models.
@@ -27,6 +28,7 @@ from coupons.models import Coupon, CouponEvent, CouponEventType, CouponStatus
 
 from . import ledger, metrics
 from .models import Claim, ClaimStatus, ParkedLedgerEntry
+from .settle import settle
 
 log = logging.getLogger(__name__)
 
@@ -268,7 +270,7 @@ def _drain_batch(campaign: Campaign, entries: list[ledger.LedgerEntry], report: 
     label = str(campaign.pk)
     with span("couponrush.drain.batch", campaign_id=campaign.pk, claim_ids=[e.claim_id for e in entries]):
         persisted, parked = persist_or_park(campaign, entries)
-        ledger.acknowledge(campaign.pk, [e.entry_id for e in entries], entries[0].bucket)
+        settle(campaign, entries)  # acknowledged with their settled records, in one MULTI; then published
     report.persisted += persisted
     report.parked += parked
     report.read += len(entries)

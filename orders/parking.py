@@ -13,6 +13,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from campaigns.claim_settled import claims_changed
 from campaigns.redis_state import split_ref
 
 from . import ledger
@@ -43,6 +44,7 @@ def parked_retry(*, parked: ParkedLedgerEntry, actor: str) -> bool:
             try:
                 with transaction.atomic():  # a savepoint: a refused insert leaves the row's update possible
                     persist_entries(parked.campaign, [entry])
+                claims_changed([entry.claim_id])  # its entry says pending: GET /claims/{id} asks PostgreSQL
             except UNPERSISTABLE as exc:
                 error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:500]}"
         if error is None:

@@ -1,0 +1,28 @@
+--[[
+Read what GET /claims/{id} needs of Redis, in one step: the claim's settled record, and its ledger entry's
+shopper unless the record answers. Changes nothing.
+
+KEYS[1] settled  string  the claim's settled record ("<shopper>\n<stale after ms>\n<answer>", or "?": ask
+                         PostgreSQL), written by whoever settled the claim (orders/settle.py)
+KEYS[2] ledger   stream  the claim's campaign (bucket) ledger
+ARGV[1] the claim's ledger entry id ("1764470000000-0")
+
+Returns {record, false} when the record answers; {record or false, shopper} when the entry is in the ledger and
+the record is "?" or absent (shopper "" when the entry names none); {record or false, false} when the ledger has no
+such entry (trimmed, or never claimed).
+--]]
+local settled = redis.call('GET', KEYS[1])
+if settled and settled ~= '?' then
+  return {settled, false}
+end
+local entry = redis.call('XRANGE', KEYS[2], ARGV[1], ARGV[1])[1]
+if not entry then
+  return {settled, false}
+end
+local fields = entry[2]
+for i = 1, #fields, 2 do
+  if fields[i] == 'u' then
+    return {settled, fields[i + 1]}
+  end
+end
+return {settled, ''}

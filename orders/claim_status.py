@@ -1,0 +1,228 @@
+"""GET /api/v1/claims/{claim_id}: a claim's outcome, one implementation whichever door answers it.
+
+The web server's door (orders/door.py) answers on the event loop what Redis knows exactly (campaigns/
+claim_settled.py): pending while the claim's ledger entry waits unsettled, and the answer the drain stored when it
+issued the coupon; what PostgreSQL alone knows (a cancel, a coupon changed since, an older claim) it hands on to
+Django, whose view (orders.apis.ClaimDetailApi) runs the same decisions with the synchronous clients, then
+PostgreSQL. `?wait=S` (docs/api.md, "The reads around a sale") waits up to S seconds while the claim is pending,
+woken by the drain's PUBLISH when it settles it (orders/claim_waiters.py), never by polling.
+
+Every body comes from claim_body(), which the drain also uses for the answers it stores: both paths answer the same
+bytes.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any, NamedTuple
+from urllib.parse import parse_qs
+
+import orjson
+import redis
+from django.db.models import Model
+
+from campaigns.claim_settled import ASK_POSTGRES, STATUS_SCRIPT, keep_ms, parse_claim_id, read_record, record_keys
+from campaigns.redis_state import StoreUnavailable, async_client
+from core.errors import BadRequest, NotFound, Unavailable
+from core.http import authenticated_user
+from coupons.apis import CouponOutputSerializer
+from coupons.selectors import coupon_for_claim
+from coupons.services import is_code_use_id
+
+from .claim_waiters import WAITERS
+from .models import Claim, ClaimStatus
+
+WAIT_MAX_SECONDS = 25
+WAIT_RE = re.compile(r"(?:[0-9]{1,2})(?:\.[0-9]{1,3})?")
+NO_STORE = {"Cache-Control": "private, no-store"}
+
+
+class StatusRequest(NamedTuple):
+    user_id: str
+    claim_id: str
+    campaign_id: int
+    ref: str  # the claim's ledger_ref
+    wait: float  # seconds a pending answer may wait for the claim to settle
+
+    @property
+    def claimed_ms(self) -> int:
+        return int(self.ref.partition("-")[0])
+
+
+def status_request_of(meta: Mapping[str, Any], claim_id_text: str, waits: list[str]) -> StatusRequest:
+    """Check the token, the claim id and `wait` (its values in the query string). Raise ApplicationError."""
+    user_id = authenticated_user(meta)
+    parsed = parse_claim_id(claim_id_text)
+    if parsed is None:
+        if is_code_use_id(claim_id_text):  # a typed code's use (its coupon's claim_id in /me/coupons): no claim
+            raise NotFound()
+        raise BadRequest("Not a claim id.")
+    return StatusRequest(user_id, claim_id_text, parsed[0], parsed[1], wait_of(waits))
+
+
+def wait_of(values: list[str]) -> float:
+    """`wait`'s seconds: absent 0; one number from 0 to 25 (at most 3 decimals); anything else a 400."""
+    if not values:
+        return 0.0
+    if len(values) > 1 or WAIT_RE.fullmatch(values[0]) is None or float(values[0]) > WAIT_MAX_SECONDS:
+        raise BadRequest(f"wait is a number of seconds from 0 to {WAIT_MAX_SECONDS}.")
+    return float(values[0])
+
+
+def waits_in_query(query: bytes | str) -> list[str]:
+    """The values of `wait` in a raw query string."""
+    text = query.decode("latin-1") if isinstance(query, bytes) else query
+    return parse_qs(text, keep_blank_values=True).get("wait", []) if "wait" in text else []
+
+
+# --- the answers' bodies: one function ------------------------------------------------------------------------
+
+_COUPON = CouponOutputSerializer()  # its fields, built once; to_representation() is the serializer's own
+_TIME = _COUPON.fields["valid_from"]
+
+
+def claim_body(*, claim_id: str, campaign_id: int, status: str, claimed_at: datetime,
+               coupon: Model | None) -> bytes:
+    """The JSON body of GET /claims/{id}: ClaimOutputSerializer's fields (the schema), the coupon's as
+    CouponOutputSerializer shows it (its campaign loaded)."""
+    return orjson.dumps({
+        "code": 0, "status": str(status), "claim_id": claim_id, "campaign_id": campaign_id,
+        "claimed_at": _TIME.to_representation(claimed_at),
+        "coupon": None if coupon is None else _COUPON.to_representation(coupon),
+    })
+
+
+def pending_body(request: StatusRequest) -> bytes:
+    return claim_body(claim_id=request.claim_id, campaign_id=request.campaign_id, status=ClaimStatus.PENDING,
+                      claimed_at=datetime.fromtimestamp(request.claimed_ms / 1000, tz=UTC), coupon=None)
+
+
+# --- what Redis decides ----------------------------------------------------------------------------------------
+
+class Undecided(NamedTuple):
+    kind: str  # "pending" (an answer, which a long poll may wait out), "postgres" (PostgreSQL decides)
+
+
+PENDING = Undecided("pending")
+POSTGRES = Undecided("postgres")
+
+
+def decided(request: StatusRequest, record: bytes | None, entry_user: str | None, now_ms: int
+            ) -> bytes | Undecided:
+    """What Redis knows of the claim: its answer's body (raise NotFound: someone else's), PENDING, or POSTGRES.
+
+    Exact because the drain writes the record in the MULTI that acknowledges the entry, right after its commit
+    (orders/settle.py), and a coupon's first change marks it "?" before it commits (claims_changed)."""
+    if record is not None:
+        if record == ASK_POSTGRES.encode():
+            return POSTGRES
+        user, stale_after, body = record.split(b"\n", 2)
+        if user.decode() != request.user_id:
+            raise NotFound()
+        if stale_after != b"0" and now_ms >= int(stale_after):
+            return POSTGRES  # the coupon may have expired since: the sweep's change says nothing here
+        return body
+    if entry_user is not None:
+        if entry_user != request.user_id:
+            raise NotFound()
+        if now_ms - request.claimed_ms >= keep_ms():
+            return POSTGRES  # older than a record lives: its record may have come and gone
+        return PENDING
+    return POSTGRES
+
+
+def postgres_answer(request: StatusRequest, entry_user: str | None) -> bytes | Undecided:
+    """The answer from PostgreSQL's rows; a claim it does not hold is PENDING if its entry waits (entry_user:
+    the shopper of the unsettled entry, None when Redis had none or was down). Raise NotFound."""
+    claim = Claim.objects.filter(claim_id=request.claim_id, user_id=request.user_id).first()
+    if claim is None:
+        if entry_user == request.user_id:
+            return PENDING
+        raise NotFound()
+    return claim_body(claim_id=claim.claim_id, campaign_id=claim.campaign_id, status=claim.status,
+                      claimed_at=claim.claimed_at, coupon=coupon_for_claim(claim_id=claim.claim_id))
+
+
+# --- Django's view (WSGI, and whatever the door hands on) -----------------------------------------------------
+
+def claim_status(request: StatusRequest) -> bytes:
+    """The answer of a checked request, through Redis then PostgreSQL, waiting up to request.wait seconds while
+    it is pending (on this thread). Raise ApplicationError (404, 503)."""
+    deadline = time.monotonic() + request.wait
+    waiter = WAITERS.thread_waiter(request.claim_id) if request.wait > 0 else None
+    try:
+        while True:
+            try:
+                record, entry_user = read_record(request.campaign_id, request.ref)
+            except StoreUnavailable:
+                try:
+                    answer = postgres_answer(request, None)
+                except NotFound:
+                    raise Unavailable() from None  # Redis may hold it pending: we can't tell
+            else:
+                answer = decided(request, record, entry_user, _now_ms())
+                if answer is POSTGRES:
+                    answer = postgres_answer(request, entry_user)
+            if isinstance(answer, bytes):
+                return answer
+            left = deadline - time.monotonic()
+            if waiter is None or left <= 0:
+                return pending_body(request)
+            waiter.wait(left)
+    finally:
+        if waiter is not None:
+            WAITERS.forget(waiter)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+# --- the event loop's door -------------------------------------------------------------------------------------
+
+class HandOn(Exception):
+    """PostgreSQL decides, or Redis failed: the door hands the request on to Django (the view above)."""
+
+
+async def claim_status_async(request: StatusRequest) -> bytes:
+    """claim_status() on the event loop, for what Redis decides; raise HandOn for the rest. Raise NotFound."""
+    deadline = time.monotonic() + request.wait
+    waiter = WAITERS.loop_waiter(request.claim_id) if request.wait > 0 else None
+    try:
+        while True:
+            record, entry_user = await _read_async(request)
+            answer = decided(request, record, entry_user, _now_ms())
+            if answer is POSTGRES:
+                raise HandOn()
+            if isinstance(answer, bytes):
+                return answer
+            left = deadline - time.monotonic()
+            if waiter is None or left <= 0:
+                return pending_body(request)
+            await waiter.wait(left)
+    finally:
+        if waiter is not None:
+            WAITERS.forget(waiter)
+
+
+_STATUS_SHA = hashlib.sha1(STATUS_SCRIPT.encode()).hexdigest()
+
+
+async def _read_async(request: StatusRequest) -> tuple[bytes | None, str | None]:
+    """read_record() through the loop's pipelined client (one EVALSHA). Raise HandOn when Redis fails."""
+    settled, ledger, entry_id = record_keys(request.campaign_id, request.ref)
+    try:
+        client = async_client()
+        try:
+            record, user = await client.execute("EVALSHA", _STATUS_SHA, 2, settled, ledger, entry_id)
+        except redis.ResponseError as exc:
+            if not str(exc).startswith("NOSCRIPT"):
+                raise
+            record, user = await client.execute("EVAL", STATUS_SCRIPT, 2, settled, ledger, entry_id)
+    except (TimeoutError, redis.RedisError, OSError) as exc:
+        raise HandOn() from exc
+    return record or None, (user.decode() if isinstance(user, bytes) else user) or None
+

@@ -19,7 +19,7 @@ import threading
 import time
 import weakref
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -30,6 +30,7 @@ from django.conf import settings
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from core.errors import StoreUnavailable
 from core.hot import hot, unique_hex
 
 from .redis_async import AsyncRedis, ClusterPipelinedRedis, NotAcknowledged, NotSent, PipelinedRedis
@@ -37,10 +38,6 @@ from .redis_async import AsyncRedis, ClusterPipelinedRedis, NotAcknowledged, Not
 log = logging.getLogger(__name__)
 LUA_DIR = Path(__file__).resolve().parent / "lua"
 DRAIN_GROUP = "drain"
-
-
-class StoreUnavailable(Exception):
-    """Redis could not be reached or refused the command; nothing was changed by this request."""
 
 
 class ClaimOutcomeUnknown(StoreUnavailable):
@@ -268,21 +265,26 @@ def _sentinel_client(timeout: float, *, max_connections: int | None = None) -> r
 
 
 def reset_redis_client() -> None:
-    """Forget the process's client (after a settings change in tests, or a fork)."""
-    global _client, _scripts, _recovery
-    with _client_lock:
-        if _client is not None:
-            from .redis_cluster import close
+    """Forget the process's clients and everything learnt through them (after a settings change in tests, or a
+    fork): the sync client, its scripts and the recovery client; every event loop's client, a running loop's
+    included (each thread's last one, _this_thread); the campaigns' bucket counts and empty buckets; Redis's
+    clock offset."""
+    global _client, _scripts, _recovery, _this_thread
+    from .redis_cluster import close
 
-            close(_client)
+    with _client_lock:
+        for sync_client in (_client, _recovery):
+            if sync_client is not None:
+                close(sync_client)
         _client = None
         _scripts = None
         _recovery = None
-        _buckets.clear()
-        _clock["measured"] = -1e9
+        forget_bucket_counts()
+        _clock["offset_ms"], _clock["measured"] = 0.0, -1e9
         for client in list(_async_clients.values()):
             client.close()
         _async_clients.clear()
+        _this_thread = threading.local()  # every thread's remembered (loop, client) gone at once
 
 
 class _Script:
@@ -795,7 +797,8 @@ _async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncRedis]
 
 # This thread's last (loop, client): while that loop runs, it is this thread's running loop (a thread runs one
 # loop at a time), so the claim needs no asyncio.get_running_loop(), which makes a getpid() system call on every
-# call in CPython 3.11 (one per claim; docs/benchmarks.md, "system calls per claim").
+# call in CPython 3.11 (one per claim; docs/benchmarks.md, "system calls per claim"). reset_redis_client()
+# replaces it, so that no thread keeps a client that was closed.
 _this_thread = threading.local()
 
 
@@ -835,16 +838,13 @@ async def _redis_now_ms_async(client: AsyncRedis) -> int:
 async def _stored_answer_after_async(idem_key: str, field: str, deadline_ms: int
                                      ) -> tuple[int, str] | None | object:
     """_stored_answer_after() for an event loop: a fresh short-timeout connection reads the stored answer."""
-    wait_ms = deadline_ms + DEADLINE_MARGIN_MS - int(time.time() * 1000 + _clock["offset_ms"])
-    if wait_ms > 0:
-        await asyncio.sleep(min(wait_ms, 1000) / 1000)
-    give_up = time.monotonic() + RECOVERY_BUDGET_SECONDS
-    while time.monotonic() < give_up:
+    for pause in _recovery_pauses(deadline_ms):
+        if pause:
+            await asyncio.sleep(pause)
         reader = _pipelined(0.1)
         try:
             stored = await (reader.execute("HGET", idem_key, field) if field else reader.execute("GET", idem_key))
         except redis.RedisError:
-            await asyncio.sleep(0.01)
             continue
         finally:
             reader.close()
@@ -866,6 +866,7 @@ def _parse_stored(stored: bytes | str | None) -> tuple[int, str] | None:
 
 OWN_ANSWER_KEEP_MS = 30_000  # a second's hash outlives a Redis frozen for up to 30 s: a void still finds the answer
 RECOVERY_BUDGET_SECONDS = 0.3
+RECOVERY_PAUSE_SECONDS = 0.01
 _recovery: redis.Redis | None = None
 
 
@@ -887,17 +888,27 @@ def _recovery_client() -> redis.Redis:
 def _stored_answer_after(idem_key: str, field: str, deadline_ms: int) -> tuple[int, str] | None | object:
     """After the claim's deadline, read the answer its script stored (under `idem_key`, or in that hash's
     `field`): None if it never ran, UNREADABLE when Redis did not answer within the budget."""
-    wait_ms = deadline_ms + DEADLINE_MARGIN_MS - int(time.time() * 1000 + _clock["offset_ms"])
-    if wait_ms > 0:
-        time.sleep(min(wait_ms, 1000) / 1000)
-    give_up = time.monotonic() + RECOVERY_BUDGET_SECONDS  # the shopper's 503 must still come within a second
-    while time.monotonic() < give_up:
+    for pause in _recovery_pauses(deadline_ms):
+        if pause:
+            time.sleep(pause)
         try:
             stored = _recovery_client().hget(idem_key, field) if field else _recovery_client().get(idem_key)
         except redis.RedisError:
             continue
         return _parse_stored(stored)
     return UNREADABLE
+
+
+def _recovery_pauses(deadline_ms: int) -> Iterator[float]:
+    """The pauses, in seconds, before each try to read a lost reply's stored answer, the same for a thread and
+    an event loop: until the claim's deadline (in Redis's clock) has passed, then RECOVERY_PAUSE_SECONDS between
+    tries (a refused connection fails at once: no busy loop) for RECOVERY_BUDGET_SECONDS; then no more."""
+    wait_ms = deadline_ms + DEADLINE_MARGIN_MS - int(time.time() * 1000 + _clock["offset_ms"])
+    first = min(wait_ms, 1000) / 1000 if wait_ms > 0 else 0.0
+    give_up = time.monotonic() + first + RECOVERY_BUDGET_SECONDS  # the shopper's 503 must still come within a second
+    yield first
+    while time.monotonic() + RECOVERY_PAUSE_SECONDS < give_up:
+        yield RECOVERY_PAUSE_SECONDS
 
 
 # The claim carries a deadline in Redis's own clock (its TIME), so host clocks may differ: each process learns

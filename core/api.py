@@ -9,9 +9,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from django import db
 from django.conf import settings
-from django.core.exceptions import DisallowedHost, PermissionDenied, RequestDataTooBig
+from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.http import Http404, HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
@@ -28,12 +27,13 @@ from .auth import TOKEN_RE, USER_ID_RE
 from .errors import (
     PROTOCOL_SLUGS,
     ApplicationError,
+    BadHost,
     BadRequest,
     NotFound,
     PayloadTooLarge,
     RateLimited,
     Unauthenticated,
-    Unavailable,
+    unavailable_of,
 )
 from .http import (
     ID_RE,
@@ -42,6 +42,7 @@ from .http import (
     body_of,
     declared_length,
     error_body,
+    host_allowed,
     json_response,
     shopper_id,
 )
@@ -158,8 +159,9 @@ def first_message(errors: Any) -> str | None:
 
 
 class DatabaseUnavailableMiddleware:
-    """A view that could not reach PostgreSQL (down, restarting, a connection cut) answers the contract's 503
-    with Retry-After, not a 500: the client may retry, and nothing was changed (its transaction rolled back)."""
+    """A view that could not reach a store (PostgreSQL down, restarting, a connection cut; Redis unreachable)
+    answers the contract's 503 with Retry-After, not a 500: the client may retry, and nothing was changed (its
+    transaction rolled back). The mapping is core.errors.unavailable_of, the event loop's claim door's too."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
@@ -168,25 +170,25 @@ class DatabaseUnavailableMiddleware:
         return self.get_response(request)
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
-        if isinstance(exception, db.OperationalError | db.InterfaceError):
-            log.warning("PostgreSQL unavailable for %s %s: %s", request.method, request.path, exception)
-            return application_error_response(Unavailable())
-        return None
+        error = unavailable_of(exception)
+        if error is None:
+            return None
+        log.warning("a store is unavailable for %s %s: %s", request.method, request.path, exception)
+        return application_error_response(error)
 
 
 class HostCheckMiddleware:
     """A Host that is not a host name, or not one of DJANGO_ALLOWED_HOSTS, is the contract's JSON 400 on every
     path (Django answers DisallowedHost with its HTML page, in DEBUG its debug page): checked before any other
-    middleware asks for the host."""
+    middleware asks for the host. The check is core.http.host_allowed, the event loop's doors' too."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        try:
-            request.get_host()
-        except DisallowedHost:
-            return application_error_response(BadRequest("The Host header names no host this service serves."))
+        # The host get_host() checks (X-Forwarded-Host with USE_X_FORWARDED_HOST), checked as it checks it
+        if not host_allowed(request._get_raw_host()):  # type: ignore[attr-defined]
+            return application_error_response(BadHost())
         return self.get_response(request)
 
 

@@ -11,6 +11,10 @@ from __future__ import annotations
 import enum
 from typing import ClassVar
 
+import psycopg
+import redis
+from django import db
+
 
 class Code(enum.IntEnum):
     """Business codes of a decided request (HTTP 200), never renumbered: clients switch on them."""
@@ -62,6 +66,10 @@ class BadRequest(ApplicationError):
     message = "The request is malformed."
 
 
+class BadHost(BadRequest):
+    message = "The Host header names no host this service serves."
+
+
 class Unauthenticated(ApplicationError):
     http_status = code = 401
     status = "unauthenticated"
@@ -103,6 +111,37 @@ class Unavailable(ApplicationError):
     status = "unavailable"
     message = "A required store is unavailable; nothing was changed. Retry shortly."
     retry_after = 1
+
+
+class OutcomeUnknown(Unavailable):
+    """The request's effect may yet happen: work it handed to another thread (core.together) ran past the bound
+    its request waits. Answered 503 like a store down; an Idempotency-Key stays in flight, so its repeat is not
+    decided twice (coupons.idempotency: 409 until the key is stale, then decided again, which for a use gives
+    the same use back)."""
+
+    message = "Not decided in time; it may still be. Retry shortly with the same Idempotency-Key."
+
+
+class StoreUnavailable(Exception):
+    """Redis could not be reached or refused the command; nothing was changed by this request (raised by the
+    Redis wrappers, campaigns.redis_state; answered as Unavailable)."""
+
+
+# A store's failure, whichever door meets it: PostgreSQL down, hung past a bound, restarting or a connection cut
+# (Django's wrappers and psycopg's own), Redis unreachable or too slow, and the Redis wrappers' StoreUnavailable.
+_STORE_FAILURES = (db.OperationalError, db.InterfaceError, psycopg.OperationalError, psycopg.InterfaceError,
+                   redis.ConnectionError, redis.TimeoutError, StoreUnavailable)
+
+
+def unavailable_of(exc: BaseException) -> Unavailable | None:
+    """The contract's answer to a store's failure (503 unavailable, Retry-After), or None: not one. The one
+    mapping of both kinds of door: Django's (core.api.DatabaseUnavailableMiddleware) and the event loop's
+    (orders/door.py, through orders.apis)."""
+    if isinstance(exc, Unavailable):
+        return exc
+    if isinstance(exc, _STORE_FAILURES):
+        return Unavailable()
+    return None
 
 
 # The slug of each HTTP status that a framework (DRF, Django) raises without an ApplicationError.

@@ -10,7 +10,9 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
+from django.core.signals import setting_changed
 from django.http import HttpRequest, HttpResponse
+from django.http.request import split_domain_port, validate_host
 
 from .auth import authenticate
 from .errors import ApplicationError, BadRequest, PayloadTooLarge, Unauthenticated, UnsupportedMediaType
@@ -154,6 +156,36 @@ class ForwardedHeadersMiddleware:
             for key in _FORWARDED:
                 meta.pop(key, None)
         return self.get_response(request)
+
+
+_hosts: dict[str, bool] = {}  # a Host value -> whether it is one of ours
+
+
+def host_allowed(host: str) -> bool:
+    """Whether `host` (the Host header's value; without one, the server's name and port) names a host this
+    service serves: a host name, of DJANGO_ALLOWED_HOSTS, exactly as Django's request.get_host() decides. The
+    one Host check of every door (core.api.HostCheckMiddleware, the event loop's /healthz and claim); the
+    decision is remembered per value (a bounded number of them: a client may send any), so the claim's hot
+    path pays one dictionary lookup."""
+    allowed = _hosts.get(host)
+    if allowed is None:
+        patterns = settings.ALLOWED_HOSTS
+        if settings.DEBUG and not patterns:  # Django's own default in DEBUG
+            patterns = [".localhost", "127.0.0.1", "[::1]"]
+        domain, _ = split_domain_port(host)
+        allowed = bool(domain) and validate_host(domain, patterns)
+        if len(_hosts) >= 1024:
+            _hosts.clear()
+        _hosts[host] = allowed
+    return allowed
+
+
+def _forget_hosts(*, setting: str, **kwargs: Any) -> None:
+    if setting in ("ALLOWED_HOSTS", "DEBUG"):
+        _hosts.clear()
+
+
+setting_changed.connect(_forget_hosts, dispatch_uid="couponrush-allowed-hosts")
 
 
 def _not_json(constant: str) -> Any:

@@ -5,14 +5,21 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
+
+from .errors import OutcomeUnknown, Unavailable
 
 Item = TypeVar("Item")
 
 log = logging.getLogger(__name__)
 
 _PENDING = object()
+
+
+class NotTakenInTime(Unavailable):
+    """An item waited too long behind other threads' batches and was withdrawn: nothing was done."""
 
 
 class _Slot:
@@ -30,12 +37,19 @@ class Together(Generic[Item]):
     item. No thread of its own, no timer: a thread alone runs a batch of one without waiting.
 
     `run_batch(items)` returns one result per item, in order; if it raises, each item's result is `failed`
-    (the callers decide again on their own) and the exception is not passed on."""
+    (the callers decide again on their own) and the exception is not passed on.
 
-    def __init__(self, run_batch: Callable[[Sequence[Item]], Sequence[Any]], *, failed: Any, most: int = 64) -> None:
+    A thread waits for others' batches at most `wait` seconds (a batch stuck in PostgreSQL must not hold every
+    thread queued behind it): past that, an item no batch took yet is withdrawn, never run (NotTakenInTime: a
+    503, nothing done), and an item a batch took is that batch's to decide (OutcomeUnknown: a 503 whose
+    Idempotency-Key stays in flight)."""
+
+    def __init__(self, run_batch: Callable[[Sequence[Item]], Sequence[Any]], *, failed: Any, most: int = 64,
+                 wait: float = 2.0) -> None:
         self._run_batch = run_batch
         self._failed = failed
         self._most = most
+        self._wait = wait
         self._fresh()
         os.register_at_fork(after_in_child=self._fresh)  # a child forked mid-batch would wait for it forever
 
@@ -46,10 +60,14 @@ class Together(Generic[Item]):
 
     def run(self, item: Item) -> Any:
         slot = _Slot(item)
+        give_up = time.monotonic() + self._wait
         with self._cond:
             self._queue.append(slot)
             while slot.result is _PENDING and self._busy:
-                self._cond.wait()
+                left = give_up - time.monotonic()
+                if left <= 0:
+                    self._give_up(slot)
+                self._cond.wait(left)
             if slot.result is not _PENDING:
                 return slot.result
             self._busy = True  # this thread runs the next batch: its own item and the oldest of the others
@@ -70,3 +88,13 @@ class Together(Generic[Item]):
                 self._busy = False
                 self._cond.notify_all()
         return slot.result
+
+    def _give_up(self, slot: _Slot) -> None:
+        """Raise for an item waited for too long (call holding the condition's lock): withdrawn if no batch took
+        it yet, else the running batch decides it alone."""
+        if slot in self._queue:
+            self._queue.remove(slot)
+            log.warning("an item waited %s s for other threads' batches: withdrawn, answered 503", self._wait)
+            raise NotTakenInTime()
+        log.warning("a batch ran past %s s: its item is answered 503 and decided by the batch alone", self._wait)
+        raise OutcomeUnknown()

@@ -23,7 +23,8 @@ import orjson
 
 from webserver.interface import JSON_HEADERS, Application, Request, Response, error_response, wsgi_path
 
-from .http import body_of, declared_length
+from .errors import BadHost
+from .http import body_of, declared_length, error_body, host_allowed
 from .logs import request_id_or_new
 
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -207,11 +208,36 @@ class ThreadedParts:
 
 
 _ALIVE = orjson.dumps(body_of(0, "ok"))
+_BAD_HOST = orjson.dumps(error_body(BadHost()))
+
+
+def host_of(request: Request) -> str:
+    """The request's host as Django's request.get_host() reads it: its Host header (a header twice: the values
+    joined by a comma, as in the environ, which no host name passes), else the server's name and port."""
+    host: str | None = None
+    for name, value in request.headers:
+        if name == b"host":
+            text = value.decode("latin-1").strip(" \t")
+            host = text if host is None else f"{host},{text}"
+    return server_host(request) if host is None else host
+
+
+def server_host(request: Request) -> str:
+    """The host of a request without a Host header (HTTP/1.0), as PEP 3333 rebuilds it."""
+    name, port = request.server
+    return name if port == (443 if request.scheme == "https" else 80) else f"{name}:{port}"
+
+
+def bad_host_response(request_id_header: tuple[bytes, bytes]) -> Response:
+    """The answer to a request whose host is not ours (core.http.host_allowed): the JSON 400 that Django's routes
+    give (core.api.HostCheckMiddleware), on the event loop's doors."""
+    return 400, [*JSON_HEADERS, request_id_header], _BAD_HOST
 
 
 class HealthCheck:
     """GET /healthz answered at once: the process is alive when its event loop answers (the same body as the
-    Django view; readiness, which needs the stores, is /readyz)."""
+    Django view; readiness, which needs the stores, is /readyz). A Host not ours is the JSON 400, as on Django's
+    routes."""
 
     def __init__(self, inner: Application, path: str = "/healthz") -> None:
         self.inner, self.path = inner, path
@@ -219,6 +245,8 @@ class HealthCheck:
 
     def answer(self, request: Request) -> Response | Awaitable[Response]:
         if request.path == self.path and request.method in ("GET", "HEAD"):
+            if not host_allowed(host_of(request)):
+                return bad_host_response(request_id_header(request.headers))
             return 200, [*JSON_HEADERS, request_id_header(request.headers)], _ALIVE
         return self.inner.answer(request)
 

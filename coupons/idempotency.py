@@ -4,7 +4,8 @@ The first request with a key claims it (a committed 'in flight' row, so a concur
 409), runs, and stores its answer in the same transaction as its effect (a reserve's or redeem's right after it:
 run_idempotent's `apart`). A repeat with the same request
 replays the answer; with a different request it is 422. Answers that failed before anything was decided
-(400, 401, 404, 503: exceptions) are not stored: the key is free again.
+(400, 401, 404, 503: exceptions) are not stored: the key is free again; but after a 503 whose outcome is not
+known yet (core.errors.OutcomeUnknown) the key stays in flight.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
-from core.errors import ApplicationError
+from core.errors import ApplicationError, OutcomeUnknown
 
 from .models import IdempotencyRecord
 
@@ -85,7 +86,9 @@ def run_idempotent(
     `execute` commits its effect itself (a reserve or redeem: a shared code's first use is written together
     with other requests' uses, coupons.services._first_shared_use) and the answer is stored right after it; a
     process that dies in between leaves the key in flight, and the repeat after STALE_IN_FLIGHT decides again,
-    which for a use gives the same answer (a use is the order's: the same order gets its use back)."""
+    which for a use gives the same answer (a use is the order's: the same order gets its use back). So does an
+    `execute` that raises OutcomeUnknown (its use handed to a batch that ran past the request's wait,
+    core.together): the key stays in flight, and the use is decided once, by that batch."""
     if key is None:
         return execute()
     digest = fingerprint(payload)
@@ -109,8 +112,9 @@ def run_idempotent(
             IdempotencyRecord.objects.filter(user_id=user_id, endpoint=endpoint, key=key).update(
                 in_flight=False, response_status=answer.status, response_body=json.dumps(answer.body)
             )
-    except BaseException:
-        IdempotencyRecord.objects.filter(user_id=user_id, endpoint=endpoint, key=key, in_flight=True).delete()
+    except BaseException as exc:
+        if not isinstance(exc, OutcomeUnknown):  # else its effect may yet commit: the key stays in flight
+            IdempotencyRecord.objects.filter(user_id=user_id, endpoint=endpoint, key=key, in_flight=True).delete()
         raise
     return answer
 

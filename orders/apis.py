@@ -1,6 +1,7 @@
 """Storefront API of claims: the claim itself (the hot path) and reading a claim back."""
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, NamedTuple
@@ -24,7 +25,7 @@ from core.api import (
     pattern_schema,
     shopper_header_parameters,
 )
-from core.errors import ApplicationError, BadRequest, NotFound, Unavailable
+from core.errors import ApplicationError, BadRequest, NotFound, Unavailable, unavailable_of
 from core.hot import hot
 from core.http import (
     authenticated_user,
@@ -50,6 +51,7 @@ from .claim import ClaimOutcome, claim_create, claim_create_async, known_sold_ou
 from .metrics import CLAIM_TALLY
 from .models import Claim, ClaimStatus
 
+log = logging.getLogger(__name__)
 REPLAYED = {"Idempotent-Replayed": "true"}
 
 
@@ -81,6 +83,8 @@ def claim_answer(meta: Mapping[str, Any], campaign_id_text: str, read_body: Call
             return claiming.answered(claim_create(**request.arguments))
         except ApplicationError as exc:
             return claiming.refused(exc)
+        except Exception as exc:
+            return claiming.refused(claiming.store_failure(exc))
 
 
 def claim_answer_now(meta: Mapping[str, Any], campaign_id_text: str, body: bytes
@@ -100,6 +104,8 @@ async def _claim_on_loop(request: ClaimRequest, started: float) -> Answer3:
             return claiming.answered(await claim_create_async(**request.arguments))
         except ApplicationError as exc:
             return claiming.refused(exc)
+        except Exception as exc:
+            return claiming.refused(claiming.store_failure(exc))
 
 
 def claim_decided_or_request(meta: Mapping[str, Any], campaign_id_text: str, read_body: Callable[[], bytes],
@@ -146,6 +152,16 @@ class _Claiming:
     def refused(self, exc: ApplicationError) -> Answer3:
         self.traced.set(outcome=exc.status)
         return _refused(exc, self.request.campaign_id, self.started)
+
+    def store_failure(self, exc: Exception) -> ApplicationError:
+        """A store's failure (PostgreSQL down or hung past the claim's bound, Redis down) as the contract's 503,
+        by core.errors.unavailable_of, the mapping Django's routes answer with; anything else is raised again
+        (the door's JSON 500, its traceback logged)."""
+        error = unavailable_of(exc)
+        if error is None:
+            raise exc
+        log.warning("claim on campaign %s: a store is unavailable: %r", self.request.campaign_id, exc)
+        return error
 
 
 def claim_request_of(meta: Mapping[str, Any], campaign_id_text: str, read_body: Callable[[], bytes]

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple, NoReturn
@@ -114,8 +116,12 @@ def claim_create(
         result: redis_state.ClaimResult | None = redis_state.run_claim(
             campaign_id=campaign_id, user_id=user_id, idempotency_key=idempotency_key, client_ip=client_ip
         )
-        if result is not None and result.code == ClaimCode.NO_STATE:
-            result = _claim_without_state(campaign_id, user_id, idempotency_key, client_ip)
+        if result is not None and result.code == ClaimCode.NO_STATE and _loaded_for_claim(campaign_id):
+            result = redis_state.run_claim(campaign_id=campaign_id, user_id=user_id,
+                                           idempotency_key=idempotency_key, client_ip=client_ip)
+            _loaded_or_lost(result)
+        elif result is not None and result.code == ClaimCode.NO_STATE:
+            result = None  # it has ended
     except StoreUnavailable as exc:
         _unavailable(campaign_id, exc)
     return _claim_outcome(campaign_id, result)
@@ -143,11 +149,48 @@ async def claim_create_async(
         result: redis_state.ClaimResult | None = await redis_state.run_claim_async(
             campaign_id=campaign_id, user_id=user_id, idempotency_key=idempotency_key, client_ip=client_ip
         )
-        if result is not None and result.code == ClaimCode.NO_STATE:
-            result = await asyncio.to_thread(_claim_without_state, campaign_id, user_id, idempotency_key, client_ip)
+        if result is not None and result.code == ClaimCode.NO_STATE and await _loaded_in_time(campaign_id):
+            result = await redis_state.run_claim_async(campaign_id=campaign_id, user_id=user_id,
+                                                       idempotency_key=idempotency_key, client_ip=client_ip)
+            _loaded_or_lost(result)
+        elif result is not None and result.code == ClaimCode.NO_STATE:
+            result = None  # it has ended
     except StoreUnavailable as exc:
         _unavailable(campaign_id, exc)
     return _claim_outcome(campaign_id, result)
+
+
+# A campaign Redis knows nothing of is looked up in PostgreSQL (and loaded into Redis if it never was) in a thread
+# of this pool; the event loop waits for it at most LOOKUP_SECONDS and answers 503 (PostgreSQL down or hung:
+# a new connection to a hung server waits DATABASE_CONNECT_TIMEOUT, 3 s, one already open forever). The thread
+# carries on alone meanwhile, and only reads and loads: the claim itself runs on the loop after it, or not at
+# all, so a claim answered 503 never happens. A pool of its own: threads stuck on a hung PostgreSQL hold no
+# other work of the loop (asyncio.to_thread's pool: the moves of stock between buckets). Rare work: its threads
+# keep no connection (as the claim voider's), so a stuck one is freed by the next connect's timeout.
+LOOKUP_SECONDS = 1.0
+_lookup_pool: ThreadPoolExecutor | None = None
+
+
+def _forget_lookup_pool() -> None:
+    global _lookup_pool
+    _lookup_pool = None
+
+
+os.register_at_fork(after_in_child=_forget_lookup_pool)  # a forked worker starts threads of its own
+
+
+async def _loaded_in_time(campaign_id: int) -> bool:
+    """_loaded_for_claim() in a thread, waited for at most LOOKUP_SECONDS. Raise Unavailable past that."""
+    global _lookup_pool
+    if _lookup_pool is None:
+        _lookup_pool = ThreadPoolExecutor(2, thread_name_prefix="claim-lookup")
+    lookup = asyncio.get_running_loop().run_in_executor(_lookup_pool, _looked_up, campaign_id)
+    try:
+        return await asyncio.wait_for(lookup, LOOKUP_SECONDS)
+    except TimeoutError:
+        log.warning("claim on campaign %s: PostgreSQL did not answer within %s s: answered 503", campaign_id,
+                    LOOKUP_SECONDS)
+        raise Unavailable() from None
 
 
 def known_sold_out(campaign_id: int, idempotency_key: str | None) -> ClaimOutcome | None:
@@ -194,27 +237,35 @@ def _claim_outcome(campaign_id: int, result: redis_state.ClaimResult | None) -> 
     )
 
 
-def _claim_without_state(
-    campaign_id: int, user_id: str, key: str | None, client_ip: str | None
-) -> redis_state.ClaimResult | None:
-    """Handle a campaign Redis knows nothing of; return None when it has ended."""
+def _looked_up(campaign_id: int) -> bool:
+    """_loaded_for_claim() in a lookup thread, which keeps no connection."""
+    try:
+        return _loaded_for_claim(campaign_id)
+    finally:
+        connection.close()
+
+
+def _loaded_for_claim(campaign_id: int) -> bool:
+    """Make a campaign Redis knows nothing of claimable: False when it has ended; loaded into Redis when it never
+    was (published while Redis was away). Raise NotFound (no such campaign), CampaignStateLost (loaded once and
+    gone: never guess the stock; wait for the rebuild)."""
     facts = _campaign_facts(campaign_id)
     if not facts.exists:
         raise NotFound("No such campaign.")
     assert facts.ends_at is not None
     if timezone.now() >= facts.ends_at:
-        return None
+        return False
     if facts.preheated:
-        # Loaded once and now gone (Redis lost its data): never guess the stock; wait for the rebuild.
         raise CampaignStateLost()
-    campaign = Campaign.objects.get(pk=campaign_id)
-    campaign_preheat(campaign=campaign)
+    campaign_preheat(campaign=Campaign.objects.get(pk=campaign_id))
     _facts.pop(campaign_id, None)
-    result = redis_state.run_claim(campaign_id=campaign_id, user_id=user_id, idempotency_key=key,
-                                   client_ip=client_ip)
-    if result.code == ClaimCode.NO_STATE:
+    return True
+
+
+def _loaded_or_lost(result: redis_state.ClaimResult | None) -> None:
+    """Raise CampaignStateLost when the claim after a load still found no state (it went again at once)."""
+    if result is not None and result.code == ClaimCode.NO_STATE:
         raise CampaignStateLost()
-    return result
 
 
 DRAIN_TASK = "orders.tasks.drain_campaign"

@@ -14,19 +14,19 @@ from typing import Any
 
 import orjson
 
-from core.http import MAX_BODY_BYTES, body_of
+from core.http import MAX_BODY_BYTES, body_of, host_allowed
 from core.logs import request_id_from, request_id_var
-from core.web import headers_environ
+from core.web import bad_host_response, headers_environ, server_host
 from webserver.interface import JSON_HEADERS, Application, Request, Response
 
 from .apis import Answer3, claim_answer_now
 
 log = logging.getLogger(__name__)
 CLAIM_PATH = re.compile(r"/api/v1/campaigns/([^/]+)/claim")
-# Every environ key the claim's checks read (orders.apis.claim_request_of; tests/orders/test_claim_door.py
-# checks that it reads no other), by the header's raw name: the claim's environ holds these and REMOTE_ADDR
-# only (the whole environ cost a tenth of a sold-out answer).
-CLAIM_ENVIRON_KEYS = {b"x-user-id": "HTTP_X_USER_ID", b"x-token": "HTTP_X_TOKEN",
+# Every environ key the claim's checks read (the Host here; orders.apis.claim_request_of the others:
+# tests/orders/test_claim_door.py checks that it reads no other), by the header's raw name: the claim's environ
+# holds these and REMOTE_ADDR only (the whole environ cost a tenth of a sold-out answer).
+CLAIM_ENVIRON_KEYS = {b"host": "HTTP_HOST", b"x-user-id": "HTTP_X_USER_ID", b"x-token": "HTTP_X_TOKEN",
                       b"idempotency-key": "HTTP_IDEMPOTENCY_KEY", b"content-length": "CONTENT_LENGTH",
                       b"content-type": "CONTENT_TYPE", b"transfer-encoding": "HTTP_TRANSFER_ENCODING",
                       b"x-forwarded-for": "HTTP_X_FORWARDED_FOR", b"x-request-id": "HTTP_X_REQUEST_ID"}
@@ -49,9 +49,12 @@ class ClaimDoor:
 
 
 def claim_response(request: Request, campaign_id_text: str) -> Response | Awaitable[Response]:
-    """The claim's whole answer (or an awaitable of it), with the request's id on its log lines."""
+    """The claim's whole answer (or an awaitable of it), with the request's id on its log lines. A Host not ours
+    is the JSON 400 of Django's routes (core.http.host_allowed: one lookup of a remembered decision)."""
     meta = headers_environ(request.headers, request.client, only=CLAIM_ENVIRON_KEYS)
     request_id = request_id_from(meta)
+    if not host_allowed(meta.get("HTTP_HOST") or server_host(request)):
+        return bad_host_response((b"x-request-id", request_id.encode()))
     try:  # decided here, nothing logs: the request id goes on the log lines of the part that waits (_later)
         answer = claim_answer_now(meta, campaign_id_text, request.body[: MAX_BODY_BYTES + 1])
     except Exception:  # never a bare 500 page: the contract's JSON, and the traceback in the log

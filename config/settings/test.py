@@ -10,7 +10,8 @@ REDIS_URL = env("TEST_REDIS_URL") or f"{(env('REDIS_URL') or '').rsplit('/', 1)[
 CACHES["default"]["LOCATION"] = REDIS_URL  # noqa: F405
 CELERY_BROKER_URL = env("TEST_CELERY_BROKER_URL") or f"{REDIS_URL.rsplit('/', 1)[0]}/14"
 follow_sentinels(globals())
-ALLOWED_HOSTS = ["*"]
+# Any host, unless a test's server process is given its own (TEST_ALLOWED_HOSTS: the Host check on every door).
+ALLOWED_HOSTS = [h.strip() for h in env("TEST_ALLOWED_HOSTS", "*").split(",") if h.strip()]
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 # A server or worker process started by a test runs against the test database pytest-django created.

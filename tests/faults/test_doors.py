@@ -1,0 +1,168 @@
+"""Every door gives the contract's answers (issue 33): a store down is the 503 `unavailable` with Retry-After and
+the JSON body on the event loop's claim door as on Django's routes, whatever PostgreSQL does (hung, refused,
+killed); a Host not ours is the JSON 400 on the event loop's doors too. The run command's own web server on a
+private PostgreSQL and Valkey, over real sockets; the module's tests share them and put them back as they were.
+"""
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.parse
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from core.auth import mint_token
+
+from ..conftest import ROOT, process_env
+from .harness import CampaignInfo, PrivatePostgres, Stack, stack_on, wait_until
+
+pytestmark = [pytest.mark.slow]
+
+OUR_HOST = "127.0.0.1"
+HUNG_ANSWER_SECONDS = 2.0  # a claim on a hung PostgreSQL is answered within this (the lookup's bound is 1 s)
+
+
+@pytest.fixture(scope="module")
+def doors(tmp_path_factory) -> Iterator[tuple[Stack, PrivatePostgres, CampaignInfo]]:
+    """The web server alone (no worker: nothing here drains) on a private, migrated PostgreSQL and Valkey, that
+    serves DJANGO_ALLOWED_HOSTS=127.0.0.1 only, and one live campaign."""
+    postgres = PrivatePostgres(ROOT / "var" / "faults" / f"pg-doors-{os.getpid()}", "doors")
+    try:
+        url = postgres.start()
+        env = {**process_env(), "DATABASE_URL": url, "COUPONRUSH_TEST_DB_NAME": "doors",
+               "TEST_ALLOWED_HOSTS": OUR_HOST}
+        subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env,
+                       check=True, timeout=300)
+        with stack_on(tmp_path_factory.mktemp("doors"), postgres.conninfo(), env) as stack:
+            stack.start_web()
+            campaign = stack.create_campaign(stock=100, per_user_limit=5)
+            stack.wait_web()
+            yield stack, postgres, campaign
+    finally:
+        postgres.close()
+
+
+def request(url: str, method: str, path: str, *, host: str | None = None, shopper: str | None = None,
+            timeout: float = 10.0) -> tuple[int, dict[str, str], dict[str, object], float]:
+    """(status, headers, JSON body, seconds) of one request on a new connection."""
+    parts = urllib.parse.urlsplit(url)
+    headers = {"Host": host or f"{parts.hostname}:{parts.port}"}
+    if shopper is not None:
+        headers |= {"X-User-Id": shopper, "X-Token": mint_token(shopper, ttl=600)}
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
+    started = time.monotonic()
+    try:
+        conn.request(method, path, body=b"" if method == "POST" else None, headers=headers)
+        response = conn.getresponse()
+        body = response.read()
+        seconds = time.monotonic() - started
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, json.loads(body), seconds
+    finally:
+        conn.close()
+
+
+def claim(stack: Stack, campaign_id: int, shopper: str = "ann") -> tuple[int, dict[str, str], dict[str, object],
+                                                                         float]:
+    return request(stack.url, "POST", f"/api/v1/campaigns/{campaign_id}/claim", shopper=shopper)
+
+
+def assert_unavailable(answer: tuple[int, dict[str, str], dict[str, object], float]) -> None:
+    status, headers, body, _ = answer
+    assert (status, body.get("code"), body.get("status")) == (503, 503, "unavailable"), answer
+    assert headers.get("retry-after") == "1" and headers.get("content-type") == "application/json", headers
+
+
+def postgres_processes(postgres: PrivatePostgres) -> list[psutil.Process]:
+    postmaster = psutil.Process(int((Path(postgres.pgdata) / "postmaster.pid").read_text().split()[0]))
+    return [postmaster, *postmaster.children(recursive=True)]
+
+
+def test_a_host_not_ours_is_the_json_400_on_every_door(doors) -> None:
+    stack, _, campaign = doors
+    bad = "evil.example"
+
+    # The event loop's doors (/healthz, the claim) answer as Django's routes do
+    on_django = request(stack.url, "GET", f"/api/v1/campaigns/{campaign.id}", host=bad)
+    on_health = request(stack.url, "GET", "/healthz", host=bad)
+    on_claim = request(stack.url, "POST", f"/api/v1/campaigns/{campaign.id}/claim", host=bad, shopper="ann")
+    for status, headers, body, _ in (on_django, on_health, on_claim):
+        assert (status, body["code"], body["status"]) == (400, 400, "invalid_request"), (status, body)
+        assert body["detail"] == "The Host header names no host this service serves."
+        assert headers["content-type"] == "application/json" and headers["x-request-id"]
+    assert stack.remaining(campaign) == campaign.total_stock  # the claim never ran
+
+    # A host of ours (with or without its port) passes everywhere
+    assert request(stack.url, "GET", "/healthz", host=OUR_HOST)[0] == 200
+    assert claim(stack, campaign.id)[2]["status"] == "claimed"
+    assert request(stack.url, "GET", f"/api/v1/campaigns/{campaign.id}", host=OUR_HOST)[0] == 200
+
+
+def test_a_claim_on_a_hung_postgresql_is_the_503_within_two_seconds(doors) -> None:
+    # Given a campaign whose Redis state is gone (the claim asks PostgreSQL about it) and PostgreSQL hung,
+    # the server and every session of it stopped mid-flight
+    stack, postgres, campaign = doors
+    assert request(stack.url, "GET", f"/api/v1/campaigns/{campaign.id}")[0] == 200  # sessions are open
+    stack.redis.admin().flushall()
+    hung = postgres_processes(postgres)
+    for process in hung:
+        process.send_signal(signal.SIGSTOP)
+    try:
+        # When shoppers claim (the lost campaign, and one PostgreSQL never named, which it would have to look up)
+        answers = [claim(stack, campaign.id, "bob"), claim(stack, campaign.id + 1000, "cid"),
+                   claim(stack, campaign.id, "dan")]
+    finally:
+        for process in hung:
+            process.send_signal(signal.SIGCONT)
+
+    # Then each is the contract's 503, soon, and nothing was claimed
+    for answer in answers:
+        assert_unavailable(answer)
+        assert answer[3] < HUNG_ANSWER_SECONDS, answer
+    print(f"claims while PostgreSQL hung: {[(a[0], round(a[3], 2)) for a in answers]}")
+    assert stack.remaining(campaign) is None
+
+    # And once PostgreSQL answers again, the claim is the lost state's 503 of the contract, never a 500
+    assert wait_until(lambda: claim(stack, campaign.id + 1000, "eve")[0] == 404, 10)
+    assert_unavailable(claim(stack, campaign.id, "eve"))
+
+
+@pytest.mark.parametrize("how", ["fast", "immediate"])
+def test_a_claim_on_a_postgresql_stopped_or_killed_is_the_503_django_gives(doors, how) -> None:
+    # Given a campaign whose Redis state is gone and PostgreSQL stopped (fast: sessions ended, then refused) or
+    # killed (immediate: its processes gone at once)
+    stack, postgres, campaign = doors
+    unknown = campaign.id + (2000 if how == "fast" else 3000)  # never looked up yet: the claim asks PostgreSQL
+    stack.redis.admin().flushall()
+    postgres._pg_ctl("-w", "-m", how, "stop")
+    try:
+        # When a shopper claims, and reads a campaign through Django
+        answers = [claim(stack, campaign.id, "fay"), claim(stack, unknown, "gus")]
+        django = request(stack.url, "GET", f"/api/v1/campaigns/{unknown}")
+    finally:
+        postgres.restart()
+
+    # Then every door gives the same answer: the contract's 503
+    for answer in [*answers, django]:
+        assert_unavailable(answer)
+    assert answers[1][2] == django[2]
+    print(f"claims with PostgreSQL stopped ({how}): {[(a[0], round(a[3], 3)) for a in answers]}")
+    assert wait_until(lambda: claim(stack, unknown, "gus")[0] == 404, 15)
+
+
+def test_a_claim_with_redis_down_is_the_503(doors) -> None:
+    stack, _, campaign = doors
+    stack.redis.kill()
+    try:
+        answer = claim(stack, campaign.id, "hal")
+    finally:
+        stack.redis.start()
+    assert_unavailable(answer)
+    assert answer[3] < HUNG_ANSWER_SECONDS

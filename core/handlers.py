@@ -16,9 +16,26 @@ from django.conf import settings
 from django.core.handlers.exception import convert_exception_to_response
 from django.core.handlers.wsgi import WSGIHandler
 from django.core.wsgi import get_wsgi_application
+from django.http import HttpRequest, HttpResponseBase
 from django.utils.module_loading import import_string
 
 API_PREFIX = "/api/v1/"
+PRIVATE_CACHE_CONTROL = "private, no-store"
+
+
+class PrivateByDefaultMiddleware:
+    """An API answer that says nothing of caching is `Cache-Control: private, no-store` (docs/api.md: whatever a
+    shopper's token reads or changes; errors too): only the public reads say otherwise (core/public_cache.py).
+    In both stacks (Django's test client runs the whole one): outside /api/v1/ it does nothing."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponseBase]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponseBase:
+        response = self.get_response(request)
+        if request.path_info.startswith(API_PREFIX) and not response.has_header("Cache-Control"):
+            response["Cache-Control"] = PRIVATE_CACHE_CONTROL
+        return response
 
 
 class ApiHandler(WSGIHandler):

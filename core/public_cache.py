@@ -23,7 +23,6 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase
 
 PUBLIC_FRESH_SECONDS = 0.5
 PUBLIC_CACHE_CONTROL = "public, max-age=1"
-PRIVATE_CACHE_CONTROL = "private, no-store"  # whatever a shopper's token reads or changes
 _CACHED_STATUSES = (200, 404)  # an answer, or "no such campaign": both the same for every caller
 _MAX_ENTRIES = 2_000  # paths; past it the memory starts again (unknown ids are many, live campaigns few)
 

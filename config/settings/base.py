@@ -77,6 +77,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "core.http.ForwardedHeadersMiddleware",
     "core.logs.RequestIdMiddleware",
+    "core.handlers.PrivateByDefaultMiddleware",  # API answers: Cache-Control private, no-store unless public
     "core.api.HostCheckMiddleware",
     "core.api.DatabaseUnavailableMiddleware",
     "django.middleware.security.SecurityMiddleware",
@@ -96,6 +97,7 @@ ROOT_URLCONF = "config.urls"
 API_MIDDLEWARE = [
     "core.http.ForwardedHeadersMiddleware",
     "core.logs.RequestIdMiddleware",
+    "core.handlers.PrivateByDefaultMiddleware",  # API answers: Cache-Control private, no-store unless public
     "core.api.HostCheckMiddleware",
     "core.api.DatabaseUnavailableMiddleware",
     "django.middleware.security.SecurityMiddleware",

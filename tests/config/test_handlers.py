@@ -64,3 +64,23 @@ def test_the_api_handler_builds_its_chain_from_api_middleware_only() -> None:
         "HTTP_HOST": "testserver", "wsgi.input": io.BytesIO(), "wsgi.url_scheme": "http", "REMOTE_ADDR": "127.0.0.1",
         "QUERY_STRING": "", "SERVER_PROTOCOL": "HTTP/1.1"}, lambda status, headers, exc=None: seen.append(status)))
     assert seen == ["404 Not Found"] and b'"not_found"' in body
+
+
+def test_every_api_answer_but_the_public_reads_is_private_no_store(client, live_campaign) -> None:
+    """docs/api.md: whatever a shopper's token reads or changes carries Cache-Control: private, no-store (its
+    refusals too); the public reads are public."""
+    campaign = live_campaign()
+    ann = shopper_headers("ann")
+    answers = [
+        client.get("/api/v1/me/coupons", **ann),
+        client.get("/api/v1/me/coupons"),  # 401
+        client.post("/api/v1/carts/validate", data={"currency": "CNY", "lines": []}, content_type="application/json",
+                    **ann),
+        client.post("/api/v1/coupons/NOPE-NOPE/redeem", data={}, content_type="application/json", **ann),
+        client.post(f"/api/v1/claims/{campaign.pk}-1-0/cancel", data={}, content_type="application/json", **ann),
+        client.get("/api/v1/nope"),
+    ]
+    for answer in answers:
+        assert answer["Cache-Control"] == "private, no-store", (answer.status_code, answer.content)
+    assert client.get(f"/api/v1/campaigns/{campaign.pk}")["Cache-Control"] == "public, max-age=1"
+    assert client.get("/healthz").get("Cache-Control") is None  # not an API route

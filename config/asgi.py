@@ -3,6 +3,7 @@ stack as an ASGI application for any ASGI server (`uvicorn config.asgi:applicati
 uvloop`).
 
     ClaimDoor        POST /api/v1/campaigns/{id}/claim on the event loop   (orders/door.py)
+    ClaimStatusDoor  GET /api/v1/claims/{id} from Redis, long polls too    (orders/status_door.py)
     HealthCheck      GET /healthz on the event loop                        (core/web.py)
     DjangoThreads    everything else: Django's WSGI handler in threads     (core/web.py; core/handlers.py)
 """
@@ -20,12 +21,14 @@ from django.conf import settings  # noqa: E402  (after Django is set up: the imp
 
 from core.web import DjangoThreads, HealthCheck, asgi  # noqa: E402
 from orders.door import ClaimDoor  # noqa: E402
+from orders.status_door import ClaimStatusDoor  # noqa: E402
 from webserver.interface import Application  # noqa: E402
 
 
 def make_application(threads: int) -> Application:
     """The project's stack of layers, with `threads` threads for Django."""
-    return ClaimDoor(HealthCheck(DjangoThreads(django_application, threads, settings.DATA_UPLOAD_MAX_MEMORY_SIZE)))
+    django = DjangoThreads(django_application, threads, settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+    return ClaimDoor(ClaimStatusDoor(HealthCheck(django)))
 
 
 application = asgi(make_application(threads=int(os.environ.get("COUPONS_WEB_THREADS", "16"))))

@@ -16,7 +16,6 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from campaigns.redis_state import StoreUnavailable
 from core.api import (
     ShopperApi,
     ShopperTokenAuthentication,
@@ -25,7 +24,7 @@ from core.api import (
     pattern_schema,
     shopper_header_parameters,
 )
-from core.errors import ApplicationError, BadRequest, NotFound, Unavailable, unavailable_of
+from core.errors import ApplicationError, BadRequest, NotFound, unavailable_of
 from core.hot import hot
 from core.http import (
     authenticated_user,
@@ -42,14 +41,14 @@ from core.logs import log_fields
 from core.tracing import span
 from coupons.apis import CouponOutputSerializer, answer_response
 from coupons.idempotency import Answer, run_idempotent
-from coupons.selectors import coupon_for_claim
 from coupons.services import is_code_use_id
 
 from . import ledger
 from .cancel import claim_cancel
 from .claim import ClaimOutcome, claim_create, claim_create_async, known_sold_out
+from .claim_status import WAIT_MAX_SECONDS, claim_status, status_request_of
 from .metrics import CLAIM_TALLY
-from .models import Claim, ClaimStatus
+from .models import ClaimStatus
 
 log = logging.getLogger(__name__)
 REPLAYED = {"Idempotent-Replayed": "true"}
@@ -306,6 +305,11 @@ _CLAIM_ID_PARAMETER = OpenApiParameter(  # claim_id_of() reads it
     description="The claim's id, as the claim answered it.")
 
 
+_WAIT_PARAMETER = OpenApiParameter(  # claim_status.wait_of() reads it
+    "wait", {"type": "number", "minimum": 0, "maximum": WAIT_MAX_SECONDS, "default": 0}, OpenApiParameter.QUERY,
+    description="Seconds to wait while the claim is pending (a long poll; at most 3 decimals).")
+
+
 class ClaimOutputSerializer(serializers.Serializer):
     code = serializers.IntegerField(default=0)
     status = serializers.ChoiceField(choices=ClaimStatus.choices)
@@ -316,7 +320,9 @@ class ClaimOutputSerializer(serializers.Serializer):
 
 
 class ClaimDetailApi(APIView):
-    """GET /api/v1/claims/{claim_id}: the async order of a claim, with its coupon once issued."""
+    """GET /api/v1/claims/{claim_id}: the async order of a claim, with its coupon once issued. The web server's
+    door answers what Redis knows on the event loop (orders/status_door.py) and hands the rest here; this view
+    runs the same decisions (orders/claim_status.py) for a WSGI server and for what it is handed."""
 
     authentication_classes = [ShopperTokenAuthentication]
     permission_classes = [IsAuthenticated]
@@ -327,38 +333,23 @@ class ClaimDetailApi(APIView):
         description="The async order behind a claim: `pending` while it waits in the campaign's ledger in Redis, "
                     "`issued` with its coupon once the drain wrote it to PostgreSQL (usually within a second), "
                     "`cancelled` after a cancel, `failed` if it could not be issued. Only the shopper who claimed "
-                    "it sees it: anyone else gets the same 404 as for an unknown claim.",
-        parameters=[_CLAIM_ID_PARAMETER],
+                    "it sees it: anyone else gets the same 404 as for an unknown claim. With `wait`, a long poll: "
+                    "the answer comes as soon as the claim is no longer pending, or after that many seconds with "
+                    "`pending`. `Cache-Control: private, no-store`.",
+        parameters=[_CLAIM_ID_PARAMETER, _WAIT_PARAMETER],
         responses={200: ClaimOutputSerializer},
         examples=[OpenApiExample("pending", value={
             "code": 0, "status": "pending", "claim_id": "42-1764470000000-0", "campaign_id": 42,
-            "claimed_at": "2026-11-30T02:13:20+00:00", "coupon": None}, response_only=True)],
+            "claimed_at": "2026-11-30T10:13:20+08:00", "coupon": None}, response_only=True)],
     )
-    def get(self, request: Request, claim_id: str) -> Response:
-        user_id = request.user.user_id  # type: ignore[union-attr]
-        campaign_id, entry_id = claim_id_of(claim_id)
-        redis_down = False
-        try:
-            entry = ledger.pending_entry(campaign_id, entry_id)
-        except StoreUnavailable:
-            entry, redis_down = None, True
-        if entry is not None and entry.user_id != user_id:
-            raise NotFound()
-        # PostgreSQL after Redis: the drain commits before it deletes the entry, so no claim falls in between;
-        # and a row, if there is one, is the truth (a pending claim may already be cancelled there).
-        claim = Claim.objects.filter(claim_id=claim_id, user_id=user_id).first()
-        if claim is None and entry is not None:
-            return Response({"code": 0, "status": ClaimStatus.PENDING, "claim_id": claim_id,
-                             "campaign_id": campaign_id, "claimed_at": entry.claimed_at.isoformat(), "coupon": None})
-        if claim is None:
-            if redis_down:
-                raise Unavailable()
-            raise NotFound()
-        coupon = coupon_for_claim(claim_id=claim_id)
-        return Response(ClaimOutputSerializer({
-            "code": 0, "status": claim.status, "claim_id": claim.claim_id, "campaign_id": claim.campaign_id,
-            "claimed_at": claim.claimed_at, "coupon": coupon,
-        }).data)
+    def get(self, request: Request, claim_id: str) -> HttpResponse:
+        checked = status_request_of(request.META, claim_id, request.GET.getlist("wait"))
+        return HttpResponse(claim_status(checked), content_type="application/json")
+
+    def finalize_response(self, request: Request, response: HttpResponse, *args: Any, **kwargs: Any) -> Any:
+        response = super().finalize_response(request, response, *args, **kwargs)  # type: ignore[arg-type]
+        response["Cache-Control"] = "private, no-store"  # every answer, refusals too (docs/api.md)
+        return response
 
 
 class ClaimCancelApi(ShopperApi):

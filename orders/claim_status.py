@@ -25,8 +25,8 @@ import redis
 from django.db.models import Model
 
 from campaigns.claim_settled import ASK_POSTGRES, STATUS_SCRIPT, keep_ms, parse_claim_id, read_record, record_keys
-from campaigns.redis_state import StoreUnavailable, async_client
-from core.errors import BadRequest, NotFound, Unavailable
+from campaigns.redis_state import async_client
+from core.errors import BadRequest, NotFound, StoreUnavailable, Unavailable, unavailable_of
 from core.http import authenticated_user
 from coupons.apis import CouponOutputSerializer
 from coupons.selectors import coupon_for_claim
@@ -222,7 +222,9 @@ async def _read_async(request: StatusRequest) -> tuple[bytes | None, str | None]
             if not str(exc).startswith("NOSCRIPT"):
                 raise
             record, user = await client.execute("EVAL", STATUS_SCRIPT, 2, settled, ledger, entry_id)
-    except (TimeoutError, redis.RedisError, OSError) as exc:
-        raise HandOn() from exc
+    except Exception as exc:
+        if unavailable_of(exc) is None:
+            raise
+        raise HandOn() from exc  # Django's view reads again and asks PostgreSQL: its answer, or the 503
     return record or None, (user.decode() if isinstance(user, bytes) else user) or None
 

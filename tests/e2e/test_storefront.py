@@ -56,6 +56,8 @@ def grab_one(page: Page, campaign: Campaign) -> tuple[str, str]:
     grab = card.get_by_test_id("grab")
     expect(grab).to_be_enabled()
     user_id = shopper.inner_text()
+    status_reads: list[str] = []  # the page's GET /claims/{id}: long polls, not polling every 400 ms
+    page.on("request", lambda request: status_reads.append(request.url) if "/api/v1/claims/" in request.url else None)
 
     grab.click()
 
@@ -63,6 +65,8 @@ def grab_one(page: Page, campaign: Campaign) -> tuple[str, str]:
     expect(result).to_have_attribute("data-claim-id", re.compile(rf"^{campaign.pk}-\d+-\d+$"), timeout=TIMEOUT)
     expect(card.get_by_test_id("remaining")).to_have_text(str(campaign.total_stock - 1), timeout=TIMEOUT)
     expect(result).to_contain_text("is yours", timeout=TIMEOUT)  # the drain issued it
+    assert status_reads and all(url.endswith("?wait=20") for url in status_reads), status_reads
+    assert len(status_reads) <= 2, status_reads  # woken by the drain: one long poll (two if it began just before)
     rows = page.get_by_test_id("coupon")
     expect(rows).to_have_count(1, timeout=TIMEOUT)
     coupon = Coupon.objects.get(user_id=user_id, campaign=campaign)

@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 
+from core.handlers import PRIVATE_CACHE_CONTROL
 from core.http import MAX_BODY_BYTES, body_of, host_allowed
 from core.logs import request_id_from, request_id_var
 from core.web import bad_host_response, headers_environ, server_host
@@ -82,9 +83,13 @@ async def _later(pending: Coroutine[Any, Any, Answer3], request_id: str) -> Resp
 _FAILED: Answer3 = (500, body_of(500, "server_error", "Internal error."), {})
 
 
+# A claim is the shopper's own (docs/api.md): no cache keeps it, as Django's routes answer (core/handlers.py).
+CLAIM_HEADERS = [*JSON_HEADERS, (b"cache-control", PRIVATE_CACHE_CONTROL.encode())]
+
+
 def _encoded(answer: Answer3, request_id: str) -> Response:
     status, body, headers = answer
-    response_headers = [*JSON_HEADERS, (b"x-request-id", request_id.encode())]
+    response_headers = [*CLAIM_HEADERS, (b"x-request-id", request_id.encode())]
     if headers:
         response_headers += [(name.lower().encode(), value.encode()) for name, value in headers.items()]
     return status, response_headers, orjson.dumps(body)

@@ -406,7 +406,8 @@ def test_sold_out_claims_decided_without_waiting_keep_their_order_among_answers_
     assert replies[4].json()["status"] == "unauthenticated"
     for reply in (replies[0], replies[6]):
         assert [name.lower() for name, _ in reply.headers] == [
-            "content-type", "x-content-type-options", "x-request-id", "date", "content-length"]
+            "content-type", "x-content-type-options", "cache-control", "x-request-id", "date", "content-length"]
+        assert reply.header("cache-control") == "private, no-store"
 
 
 # ---------------------------------------------------------------------------------------------------------

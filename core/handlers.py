@@ -46,7 +46,7 @@ class ApiHandler(WSGIHandler):
         self._view_middleware: list[Callable[..., Any]] = []
         self._template_response_middleware: list[Callable[..., Any]] = []
         self._exception_middleware: list[Callable[..., Any]] = []
-        handler = convert_exception_to_response(self._get_response)
+        handler = convert_exception_to_response(self._get_response)  # type: ignore[attr-defined]
         for path in reversed(settings.API_MIDDLEWARE):
             middleware = import_string(path)(handler)
             if hasattr(middleware, "process_view"):

@@ -16,7 +16,7 @@ from core.api import ShopperTokenAuthentication
 from core.errors import BadRequest
 
 from .apis import CouponOutputSerializer
-from .models import CouponStatus
+from .models import Coupon, CouponStatus
 from .selectors import UserCoupons
 from .services import coupons_settle_due
 
@@ -35,11 +35,12 @@ class CountingPaginator(Paginator):
         if number < 1:
             raise EmptyPage(self.error_messages["min_page"])
         bottom = (number - 1) * self.per_page
-        rows = self.object_list[bottom:bottom + self.per_page]
+        coupons: UserCoupons = self.object_list  # type: ignore[assignment]
+        rows = coupons[bottom:bottom + self.per_page]
         if not rows and number > 1:
             raise EmptyPage(self.error_messages["no_results"])
-        self.__dict__["count"] = self.object_list.total or 0  # the cached_property's value
-        return self._get_page(rows, number, self)
+        self.__dict__["count"] = coupons.total or 0  # the cached_property's value
+        return Page(rows, number, self)
 
 
 class CouponPagination(PageNumberPagination):
@@ -119,7 +120,7 @@ class MyCouponsApi(APIView):
         # never stale.
         paginator = self.pagination_class()
         coupons = UserCoupons(user_id=user_id, status=status)
-        page = paginator.paginate_queryset(coupons, request, view=self)  # type: ignore[arg-type]
+        page: list[Coupon] | None = paginator.paginate_queryset(coupons, request, view=self)  # type: ignore[arg-type]
         if coupons.due or not page:
             coupons_settle_due(user_id=user_id)
             paginator, coupons = self.pagination_class(), UserCoupons(user_id=user_id, status=status)

@@ -613,6 +613,7 @@ def summarize(run: Run, wall: float, cpu: dict[str, float]) -> dict[str, Any]:
         "arrived": run.arrived, "served": run.served, "failed": sum(run.failures.values()),
         "failures": dict(run.failures), "served_per_s": round(served_per_s, 2),
         "late_arrival_share": round(run.late_arrivals / run.arrived, 4) if run.arrived else None,
+        "loadavg_after": [round(x, 2) for x in os.getloadavg()],
         "cpu_seconds": cpu, "web_cores": round(web_cores, 3),
         "shoppers_per_web_core_s": round(run.served / cpu["web"], 1) if cpu["web"] else None,
         "web_cpu_ms_per_shopper": round(cpu["web"] / run.served * 1000, 2) if run.served else None,
@@ -666,6 +667,7 @@ def print_table(report: dict[str, Any]) -> None:
     ]
     for name in STEPS:
         rows.append((f"p99 ms {STEP_LABELS[name]}", lambda r, n=name: fmt((r["steps"].get(n) or {}).get("p99_ms"))))
+    rows.append(("load average after (1, 5, 15 min)", lambda r: ", ".join(f"{x:g}" for x in r["loadavg_after"])))
     rows.append(("client: arrivals started > 5 ms late", lambda r: fmt(r["late_arrival_share"], ".1%")))
     rows.append(("failed (by step)", lambda r: ", ".join(f"{k}: {v}" for k, v in r["failures"].items()) or "0"))
     for name, cell in rows:

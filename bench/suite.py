@@ -19,6 +19,8 @@ Phases (bench/README.md documents each and how to read the report):
   verify    manage.py verify_campaign on the benched campaigns
   api       bench/api_routes.py: every shopper route beside the claim (issue 35), with its own web server on
             the suite's stores (the suite's web server, worker and seed-go stopped first)
+  sale      bench/sale.py: shopper journeys at fixed rates through nginx, with a worker (issue 35, goal 4): shoppers
+            served per second per web core, each step's p99 from the intended send, polling vs the long poll
   memory    Redis bytes per claimed shopper / ledger entry / answer key, 1,000,000 claims loaded into a private
             Valkey through the claim script
   expiry    bench/expiry_sweep.py: 1,000,000 due coupons vs row by row, peak RSS
@@ -101,7 +103,7 @@ MIX_LUA = BENCH_DIR / "claim_mix.lua"
 LOADGEN_SRC = BENCH_DIR / "loadgen" / "main.go"
 SEED_CAMPAIGN_BASE = 900_000  # seed-go's campaign ids (its own Redis db): one per run, so shoppers are fresh
 PHASES = ["selling", "fixed", "syscalls", "profile", "drain", "storm", "soldout", "naive", "verify", "api",
-          "memory", "expiry"]
+          "sale", "memory", "expiry"]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -841,6 +843,31 @@ class Suite:
             "what": "every shopper route beside the claim, wrk -t2 -c50, 1 web worker (bench/api_routes.py)",
             "results_file": rel(out), "table": data["table"], "checks": data.get("checks"),
             "loadavg": data["host"]}
+
+    def phase_sale(self) -> None:
+        """bench/sale.py on the suite's stores, with its own web server, worker, nginx and seed-go (the suite's are
+        stopped first, as for the api phase)."""
+        self.stop_services()
+        argv = [sys.executable, str(BENCH_DIR / "sale.py"), *(["--quick"] if self.args.quick else [])]
+        log(f"== sale: {shlex.join(argv[1:])}")
+        env = {**os.environ, "DATABASE_URL": self.stores.database_url, "REDIS_URL": self.stores.redis_url}
+        out = RESULTS_DIR / "sale.json"
+        started = time.time()
+        rc = subprocess.run(argv, cwd=BASE_DIR, env=env, check=False, start_new_session=True,
+                            preexec_fn=common._child_setup).returncode  # noqa: PLW1509
+        if rc not in (0, 2) or not out.exists() or out.stat().st_mtime < started:
+            raise BenchError(f"sale.py exited with code {rc} (its output is above)")
+        data = json.loads(out.read_text())
+        keys = ("label", "served_per_s", "shoppers_per_web_core_s", "status_requests_per_shopper", "claim_to_coupon",
+                "failed")
+        self.report["scenarios"]["sale"] = {
+            "what": "shopper journeys at fixed rates through nginx, 1 web worker, a Celery worker (bench/sale.py)",
+            "results_file": rel(out), "runs": [{k: r[k] for k in keys} for r in data["runs"]],
+            "step_p99_ms": {r["label"]: {s: v["p99_ms"] for s, v in r["steps"].items()} for r in data["runs"]},
+            "claim_alone": data["claim_alone"], "longpoll": data.get("longpoll"), "checks": data.get("checks"),
+            "loadavg": data["host"]}
+        if rc == 2:
+            raise BenchError("sale.py: the sale's campaign did not balance (verify_campaign)")
 
     def stop_services(self) -> None:
         self.pause_worker(False)

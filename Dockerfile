@@ -28,6 +28,6 @@ ENV DJANGO_SETTINGS_MODULE=config.settings.production
 EXPOSE 8000 9808
 # A fresh folder for the Prometheus counters (PROMETHEUS_MULTIPROC_DIR), then the command.
 ENTRYPOINT ["/app/deploy/entrypoint.sh"]
-# Same command as config/devstack.py web_command(), listening on all interfaces (tests/test_compose.py).
+# Same command as devstack/commands.py web_command(), listening on all interfaces (tests/test_compose.py).
 CMD ["python", "-m", "config.server", "--host", "0.0.0.0", "--port", "8000", \
      "--static-path-route", "/static", "--static-path-mount", "/app/var/static"]

@@ -20,6 +20,7 @@ def prepared_cursor() -> Any:
     prepared at its first run. A parameter's type must follow from its value or the SQL (server-side binding:
     cast where one parameter meets two types, `%(user)s::varchar`). Behind a pooler, session mode only
     (docs/scaling.md)."""
+    connection.close_if_health_check_failed()  # as Django's own cursors do (bounded: core/postgresql)
     connection.ensure_connection()
     raw = psycopg.Cursor(connection.connection)
     return _LoggedPrepared(raw, connection) if connection.queries_logged else CursorWrapper(raw, connection)

@@ -138,6 +138,7 @@ def database_from_env() -> dict[str, Any]:
         dj_database_url.parse(url, conn_max_age=env_int("DJANGO_CONN_MAX_AGE", 60), conn_health_checks=True)
     )
     db.setdefault("OPTIONS", {})["connect_timeout"] = env_int("DATABASE_CONNECT_TIMEOUT", 3)
+    db["ENGINE"] = "core.postgresql"  # Django's, with a bounded health check of kept connections
     # Statements through core.db.prepared_cursor (a few hot ones) are prepared at their first run; Django's
     # own cursors bind on the client and never prepare (Django's default here, None, disables preparing).
     db["OPTIONS"]["prepare_threshold"] = 0

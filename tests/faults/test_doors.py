@@ -166,3 +166,24 @@ def test_a_claim_with_redis_down_is_the_503(doors) -> None:
         stack.redis.start()
     assert_unavailable(answer)
     assert answer[3] < HUNG_ANSWER_SECONDS
+
+
+def test_a_django_route_on_a_hung_postgresql_is_the_503_within_seconds(doors) -> None:
+    """A kept connection's health check (core/postgresql) waits 1 s, then Django connects anew within its
+    connect_timeout: a Django route gets the 503 in a few seconds, where Django's own check waited forever."""
+    stack, postgres, _ = doors
+    for _ in range(20):  # the Django threads that answer keep their connections (CONN_MAX_AGE)
+        assert request(stack.url, "GET", "/api/v1/me/coupons", shopper="ivy")[0] == 200
+    hung = postgres_processes(postgres)
+    for process in hung:
+        process.send_signal(signal.SIGSTOP)
+    try:
+        answers = [request(stack.url, "GET", "/api/v1/me/coupons", shopper="ivy", timeout=30) for _ in range(2)]
+    finally:
+        for process in hung:
+            process.send_signal(signal.SIGCONT)
+    for answer in answers:
+        assert_unavailable(answer)
+        assert answer[3] < 6, answer  # 1 s of health check, 3 s of connect_timeout, then the answer
+    print(f"Django's route while PostgreSQL hung: {[(a[0], round(a[3], 2)) for a in answers]}")
+    assert wait_until(lambda: request(stack.url, "GET", "/api/v1/me/coupons", shopper="ivy")[0] == 200, 15)

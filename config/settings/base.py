@@ -42,7 +42,7 @@ def env_int(name: str, default: int) -> int:
     return default if value is None else int(value)
 
 
-# Development runs without a .env: the dev entry point (config/devstack.py) records the URLs of the
+# Development runs without a .env: the dev entry point (devstack/stack.py) records the URLs of the
 # embedded servers it started in var/devstack.env, so a second terminal's manage.py finds them.
 def load_devstack_env() -> None:
     env_file = Path(os.environ.get("COUPONRUSH_DATA_DIR") or BASE_DIR / "var") / "devstack.env"

@@ -20,6 +20,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
+from core.db import prepared_cursor
 from core.errors import ApplicationError, OutcomeUnknown
 
 from .models import IdempotencyRecord
@@ -56,16 +57,19 @@ def fingerprint(payload: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
 
 
+# A key's statements on every request that sends one: prepared (core.db), not compiled by Django's ORM each time.
+_TABLE = IdempotencyRecord._meta.db_table
+_CLAIM = (f"INSERT INTO {_TABLE} (user_id, endpoint, key, fingerprint, in_flight, created_at) "
+          "VALUES (%s, %s, %s, %s, true, %s) ON CONFLICT (user_id, endpoint, key) DO NOTHING")
+_ANSWERED = (f"UPDATE {_TABLE} SET in_flight = false, response_status = %s, response_body = %s "
+             "WHERE user_id = %s AND endpoint = %s AND key = %s")
+_FREED = f"DELETE FROM {_TABLE} WHERE user_id = %s AND endpoint = %s AND key = %s AND in_flight"
+
+
 def _claim_key(user_id: str, endpoint: str, key: str, digest: str) -> bool:
     """Insert the key as 'in flight' (committed at once); False when it already exists."""
-    now = timezone.now()
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {IdempotencyRecord._meta.db_table} "
-            "(user_id, endpoint, key, fingerprint, in_flight, created_at) VALUES (%s, %s, %s, %s, true, %s) "
-            "ON CONFLICT (user_id, endpoint, key) DO NOTHING",
-            [user_id, endpoint, key, digest, now],
-        )
+    with prepared_cursor() as cursor:
+        cursor.execute(_CLAIM, [user_id, endpoint, key, digest, timezone.now()])
         return cursor.rowcount == 1
 
 
@@ -109,12 +113,12 @@ def run_idempotent(
     try:
         with nullcontext() if apart else transaction.atomic():
             answer = execute()
-            IdempotencyRecord.objects.filter(user_id=user_id, endpoint=endpoint, key=key).update(
-                in_flight=False, response_status=answer.status, response_body=json.dumps(answer.body)
-            )
+            with prepared_cursor() as cursor:
+                cursor.execute(_ANSWERED, [answer.status, json.dumps(answer.body), user_id, endpoint, key])
     except BaseException as exc:
         if not isinstance(exc, OutcomeUnknown):  # else its effect may yet commit: the key stays in flight
-            IdempotencyRecord.objects.filter(user_id=user_id, endpoint=endpoint, key=key, in_flight=True).delete()
+            with prepared_cursor() as cursor:
+                cursor.execute(_FREED, [user_id, endpoint, key])
         raise
     return answer
 

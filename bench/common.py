@@ -42,7 +42,7 @@ SETTINGS_MODULE = "config.settings.dev"  # with DJANGO_DEBUG=false: production-l
 STOP_TIMEOUT = 10.0
 
 
-from webserver.server import default_workers  # noqa: E402, F401 - the run command's web workers (CPUs less one)
+from webserver.options import default_workers  # noqa: E402, F401 - the run command's web workers (CPUs less one)
 
 # The run command's process lines and embedded servers live in config/devstack.py; reuse them when that module
 # imports cleanly (it is edited by others), fall back to equivalent local code otherwise.

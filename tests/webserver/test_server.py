@@ -30,7 +30,7 @@ from campaigns.redis_state import campaign_keys, redis_client
 from core.auth import mint_token
 from core.http import MAX_BODY_BYTES
 from devstack import resolve, web_command
-from webserver.server import HEADER_LIMIT, MAX_HEADERS, RESTARTS, STOP_GRACE_SECONDS
+from webserver.options import HEADER_LIMIT, MAX_HEADERS, RESTARTS, STOP_GRACE_SECONDS
 
 from ..conftest import ROOT, free_port, process_env, stop_group, wait_for
 

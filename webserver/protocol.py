@@ -1,78 +1,48 @@
-"""The project's HTTP/1.1 server: `webserver.main(argv, application_factory)` (config/server.py is the
-project's entry point, `python -m config.server --port 8000`).
+"""One client connection, HTTP/1.1 over httptools (llhttp, Node.js's parser): requests parsed as bytes arrive,
+held to the limits (webserver.options), answered in order one at a time by one task per busy connection, and
+the connection closed softly after its last answer.
 
-HTTP/1.1 on uvloop, requests parsed by httptools (llhttp, Node.js's parser), in worker processes that each
-listen on the port (SO_REUSEPORT: the kernel spreads connections over them), under a master process that
-starts them, starts a worker again when one dies, and stops them gracefully on SIGTERM / SIGINT.
-
-The server knows nothing of what it serves: each worker calls the application factory after the fork and
-hands every request to the application it returns (webserver.interface: a Request in, a Response or an
-awaitable of one out), one request of a connection at a time, in order, from one task per busy connection.
-Files under the static mount are the server's own. Answers are whole (Content-Length), or, when the
-application gives a body in parts (webserver.interface.Parts: a CSV export), chunked, each part sent once the
-client has taken the one before. (Writing an answer the
-application gives at once in the parser's callback, without the task, was measured and not kept: the same
-sold-out claims/s within noise, 1.02x over 4 interleaved rounds, docs/benchmarks.md.)
-
-Limits: a request line of at most 64 KiB (414) and headers of at most 64 KiB and 100 fields (431), a body of
-at most the application's body_limit (413, by Content-Length before anything is read), a whole request within
-30 s of its first byte (408; not counting while reading is paused), an idle connection closed after 60 s, at
-most 32 pipelined requests waiting before reading pauses. A malformed request (CONNECT too) is a 400 in the
-contract's JSON form, then the connection closes. An Upgrade request is answered as a plain one, then the
-connection closes. A connection closed after an answer is half-closed first, and what the client still sends
-is read and dropped (2 s at most): closing with input unread would reset the connection, and the reset can
-destroy the answer before the client reads it.
-
-A port another process listens on (even another server of this kind, SO_REUSEPORT or not) is exit code 2.
+The connection asks the worker that serves it (Serving, below) for each answer; it knows nothing else of it.
 """
 from __future__ import annotations
 
-import argparse
 import asyncio
-import ctypes
-import email.utils
-import errno
-import gc
 import http
 import logging
-import mimetypes
-import os
-import signal
-import socket
-import sys
-import time
 from collections import deque
-from collections.abc import Awaitable, Callable
-from pathlib import Path
-from typing import Any, cast
+from collections.abc import Awaitable
+from typing import Protocol, cast
 
 import httptools
-import uvloop
 
-from .interface import Application, Request, Response, error_response, wsgi_path
+from .interface import Response, error_response
+from .options import HEADER_LIMIT, LINGER_SECONDS, MAX_HEADERS, MAX_QUEUED
 
 log = logging.getLogger("couponrush.server")
 
-HEADER_LIMIT = 64 * 1024  # the request line and the headers
-MAX_HEADERS = 100  # as hyper (granian), the strictest of the servers compared (docs/deployment.md)
-REQUEST_SECONDS = 30.0  # from a request's first byte to its last
-KEEP_ALIVE_SECONDS = 60.0  # an idle connection is closed after this
 _FEED_PIECE = 16 * 1024  # a read is handed to the parser in pieces of at most this size
-MAX_QUEUED = 32  # pipelined requests waiting on one connection before reading pauses
 _MIN_REQUEST = 16  # the fewest bytes a complete request takes ("GET / HTTP/1.0\n\n")
-WRITE_SECONDS = 30.0  # a connection whose answers the client does not read for this long is dropped
-MAX_CONNECTIONS = 4096  # per worker; one more is answered 503 and closed
-LINGER_SECONDS = 2.0  # after a last answer, what the client still sends is read (and dropped) this long at most
-STOP_GRACE_SECONDS = 8.0  # a stopping worker finishes its requests in hand for at most this long
-RESTARTS, RESTART_WINDOW = 10, 60.0  # a worker that dies more often than this within the window: give up
-
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _NO_BODY_STATUSES = frozenset({204, 304})
 _DROPPED_HEADERS = frozenset({b"content-length", b"transfer-encoding", b"connection", b"date", b"keep-alive"})
 _STATUS_LINES: dict[int, bytes] = {}
-_STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
 
-ApplicationFactory = Callable[[argparse.Namespace], Application]  # called in each worker, after the fork
+
+class Serving(Protocol):
+    """What a connection needs of the worker that serves it (webserver.worker.Worker): its loop and limits, the
+    Date header of the second, whether it is stopping, the set of its connections, and the answer to a request."""
+
+    loop: asyncio.AbstractEventLoop
+    connections: set[HttpConnection]
+    max_connections: int
+    body_limit: int
+    keep_alive: float
+    request_timeout: float
+    write_timeout: float
+    stopping: bool
+    date_line: bytes
+
+    def answer(self, incoming: Incoming, connection: HttpConnection) -> Response | Awaitable[Response]: ...
 
 
 def status_line(status: int) -> bytes:
@@ -125,7 +95,7 @@ class _Refuse(Exception):
 class HttpConnection(asyncio.Protocol):
     """One client connection: requests are parsed as bytes arrive and answered in order, one at a time."""
 
-    def __init__(self, worker: Worker) -> None:
+    def __init__(self, worker: Serving) -> None:
         self.worker = worker
         self.loop = worker.loop
         self.transport: asyncio.Transport | None = None
@@ -513,330 +483,4 @@ class HttpConnection(asyncio.Protocol):
         elif not self.busy and not self.queue and (self.worker.stopping
                                                    or now - self.last_active > self.worker.keep_alive):
             transport.close()
-
-
-class Worker:
-    """One worker process: an event loop serving the listening socket it was given."""
-
-    def __init__(self, sock: socket.socket, args: argparse.Namespace, static: tuple[str, Path] | None,
-                 application_factory: ApplicationFactory) -> None:
-        self.sock = sock
-        self.args = args
-        self.keep_alive: float = args.keep_alive
-        self.request_timeout: float = args.request_timeout
-        self.write_timeout: float = args.write_timeout
-        self.max_connections: int = args.max_connections
-        self.static = static
-        self.application_factory = application_factory
-        self.app: Application
-        self.loop: asyncio.AbstractEventLoop  # the worker's, once it serves
-        self.connections: set[HttpConnection] = set()
-        self.stopping = False
-        self.date_line = b""
-        self.body_limit = 0
-
-    def run(self) -> None:
-        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            runner.run(self.serve())
-
-    async def serve(self) -> None:
-        self.loop = asyncio.get_running_loop()
-        self.setup()
-        stop = asyncio.Event()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            self.loop.add_signal_handler(signum, stop.set)
-        self.tick()
-        server = await self.loop.create_server(lambda: HttpConnection(self), sock=self.sock, backlog=2048)
-        await stop.wait()
-        self.stopping = True
-        server.close()  # no new connections; the requests in hand are answered, each with Connection: close
-        deadline = self.loop.time() + STOP_GRACE_SECONDS
-        while self.connections and self.loop.time() < deadline:
-            for connection in list(self.connections):
-                connection.close_if_idle(self.loop.time())
-            await asyncio.sleep(0.05)
-        for connection in list(self.connections):
-            if connection.transport is not None:
-                connection.transport.abort()
-        self.app.close()
-
-    def setup(self) -> None:
-        # The application is made here, in the worker, after the fork: nothing of it is shared.
-        self.app = self.application_factory(self.args)
-        self.body_limit = self.app.body_limit
-        # What starting made (Django, the apps, the URL patterns: ~110,000 objects) lives as long as the
-        # worker: frozen, a full collection no longer walks it. Walking it took 40-55 ms, a pause every few
-        # seconds under load for every request in hand (p99 of the selling claims 54-94 ms -> 22-33 ms).
-        gc.collect()
-        gc.freeze()
-
-    def tick(self) -> None:
-        """Once a second: the Date header, and connections idle or slow for too long."""
-        now = time.time()
-        self.date_line = b"date: " + email.utils.formatdate(now, usegmt=True).encode() + b"\r\n"
-        loop_now = self.loop.time()
-        for connection in list(self.connections):
-            connection.close_if_idle(loop_now)
-        self.loop.call_at(loop_now + 1.0 - (now % 1.0), self.tick)
-
-    def answer(self, incoming: Incoming, connection: HttpConnection) -> Response | Awaitable[Response]:
-        """The application's answer to a complete request (or an awaitable of it); static files are ours."""
-        target = incoming.url
-        if target[:1] == b"/" and b"?" not in target and b"%" not in target and b"#" not in target:
-            path, query = target.decode("latin-1"), b""  # the usual target: a plain path, nothing to parse
-        else:
-            try:
-                url = httptools.parse_url(target)
-            except httptools.HttpParserInvalidURLError:  # one llhttp let through (http://host:99999/)
-                return error_response(400, "invalid_request", "Malformed request target.")
-            path, query = wsgi_path(url.path or b"/"), url.query or b""
-            if url.host:  # an absolute-form target: its authority is the request's Host (RFC 9112 3.2.2)
-                authority = url.host + (b":%d" % url.port if url.port else b"")
-                incoming.headers = [(n, v) for n, v in incoming.headers if n != b"host"] + [(b"host", authority)]
-        method = incoming.method
-        if self.static is not None and method in ("GET", "HEAD") and path.startswith(self.static[0]):
-            return self.static_or_app(incoming, connection, path, query)
-        return self.app.answer(self.request_of(incoming, connection, path, query))
-
-    def request_of(self, incoming: Incoming, connection: HttpConnection, path: str, query: bytes) -> Request:
-        body = b"" if incoming.skip_body else bytes(incoming.body)  # skipped: refused by its Content-Length
-        return Request(incoming.method, path, query, incoming.headers, body, connection.client, connection.server,
-                       incoming.version)
-
-    async def static_or_app(self, incoming: Incoming, connection: HttpConnection, path: str, query: bytes
-                            ) -> Response:
-        found = await self.static_file(path, _header(incoming.headers, b"if-modified-since"))
-        if found is not None:
-            return found
-        answer = self.app.answer(self.request_of(incoming, connection, path, query))
-        return answer if isinstance(answer, tuple) else await answer
-
-    async def static_file(self, path: str, if_modified_since: str | None) -> Response | None:
-        """A file under the static mount (None when there is no such file: the application answers then)."""
-        assert self.static is not None
-        route, root = self.static
-        relative = path[len(route):]
-        if not relative.startswith("/") or "\x00" in relative or ".." in relative.split("/"):
-            return None
-        try:
-            return await self.loop.run_in_executor(None, _read_static, root, relative.lstrip("/"), if_modified_since)
-        except OSError:
-            return None
-
-
-def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> str | None:
-    for key, value in headers:
-        if key == name:
-            return value.decode("latin-1")
-    return None
-
-
-def _read_static(root: Path, relative: str, if_modified_since: str | None) -> Response | None:
-    target = (root / relative).resolve()
-    if root not in target.parents or not target.is_file():
-        return None
-    stat = target.stat()
-    last_modified = email.utils.formatdate(stat.st_mtime, usegmt=True).encode()
-    headers = [(b"last-modified", last_modified), (b"cache-control", b"public, max-age=3600")]
-    if if_modified_since:
-        try:
-            since = email.utils.parsedate_to_datetime(if_modified_since).timestamp()
-        except (TypeError, ValueError, IndexError, OverflowError):
-            since = None
-        if since is not None and int(stat.st_mtime) <= since:
-            return 304, headers, b""
-    kind, encoding = mimetypes.guess_type(target.name)
-    if kind is None or encoding is not None:
-        kind = "application/octet-stream"
-    elif kind.startswith("text/") or kind in ("application/javascript", "application/json"):
-        kind += "; charset=utf-8"
-    return 200, [(b"content-type", kind.encode()), *headers], target.read_bytes()
-
-
-# ---------------------------------------------------------------------------------------------------------
-# The master process
-
-
-def listening_sockets(host: str, port: int, count: int) -> list[socket.socket]:
-    """`count` sockets listening on one port (SO_REUSEPORT), one per worker. The master keeps them open, so
-    a worker started again takes over its socket's queue of connections: none is refused meanwhile."""
-    sockets: list[socket.socket] = []
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # SO_REUSEPORT would let these sockets join another server's on the port (any process of this user):
-    # a bind without it fails when anything listens there (EADDRINUSE), and port 0 takes a free port.
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a closed connection's TIME_WAIT is no owner
-        probe.bind((host, port))
-        port = probe.getsockname()[1]
-    try:
-        for _ in range(count):
-            sock = socket.socket(family, socket.SOCK_STREAM)
-            sockets.append(sock)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-            sock.bind((host, port))
-            sock.listen(2048)
-            sock.set_inheritable(True)
-    except OSError:
-        for sock in sockets:
-            sock.close()
-        raise
-    return sockets
-
-
-def _die_with_parent() -> None:
-    """A worker gets SIGTERM when its master dies, however it died (Linux)."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-class Master:
-    def __init__(self, args: argparse.Namespace, application_factory: ApplicationFactory) -> None:
-        self.args = args
-        self.application_factory = application_factory
-        self.static = (args.static_path_route.rstrip("/"), Path(args.static_path_mount).resolve()) \
-            if args.static_path_mount else None
-        self.sockets = listening_sockets(args.host, args.port, args.workers)
-        self.port = self.sockets[0].getsockname()[1]
-        self.children: dict[int, int] = {}  # pid -> worker index
-        self.deaths: deque[float] = deque()
-        self.stopping = False
-
-    def say(self, message: str) -> None:
-        print(f"[server {os.getpid()}] {message}", file=sys.stderr, flush=True)
-
-    def spawn(self, index: int) -> None:
-        # The stop signals wait until the child has its own handlers and the master knows the child's pid:
-        # the master's handler must not run in the child, nor miss a child it has not recorded yet.
-        signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
-        pid = os.fork()
-        if pid == 0:
-            status = 1
-            try:
-                signal.signal(signal.SIGTERM, signal.SIG_DFL)
-                signal.signal(signal.SIGINT, signal.SIG_DFL)
-                signal.signal(signal.SIGALRM, signal.SIG_DFL)
-                signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
-                _die_with_parent()
-                sock = self.sockets[index]
-                for other in self.sockets:
-                    if other is not sock:
-                        other.close()
-                Worker(sock, self.args, self.static, self.application_factory).run()
-                status = 0
-            except BaseException:  # noqa: BLE001  (the worker's last word, then it exits)
-                logging.getLogger("couponrush.server").exception("worker failed")
-            finally:
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(status)
-        self.children[pid] = index
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
-
-    def on_stop(self, signum: int, frame: Any) -> None:
-        if not self.stopping:
-            self.say(f"{signal.Signals(signum).name}: stopping the workers")
-            self.stop()
-
-    def stop(self) -> None:
-        """SIGTERM to the workers (SIGKILL after the grace period), and the listening sockets closed here:
-        once each worker has closed its own, a new connection is refused instead of waiting in a queue no
-        one reads."""
-        self.stopping = True
-        for sock in self.sockets:
-            sock.close()
-        self.signal_children(signal.SIGTERM)
-        signal.alarm(int(STOP_GRACE_SECONDS) + 2)
-
-    def on_alarm(self, signum: int, frame: Any) -> None:
-        self.say("workers still running after the grace period: killing them")
-        self.signal_children(signal.SIGKILL)
-
-    def signal_children(self, signum: int) -> None:
-        for pid in list(self.children):
-            try:
-                os.kill(pid, signum)
-            except ProcessLookupError:
-                pass
-
-    def run(self) -> int:
-        signal.signal(signal.SIGTERM, self.on_stop)
-        signal.signal(signal.SIGINT, self.on_stop)
-        signal.signal(signal.SIGALRM, self.on_alarm)
-        for index in range(self.args.workers):
-            self.spawn(index)
-        self.say(f"listening on http://{self.args.host}:{self.port} with {self.args.workers} workers")
-        exit_code = 0
-        while self.children:
-            try:
-                pid, status = os.wait()
-            except ChildProcessError:
-                break
-            index = self.children.pop(pid, -1)
-            if index < 0 or self.stopping:
-                continue
-            code = os.waitstatus_to_exitcode(status)
-            now = time.monotonic()
-            self.deaths.append(now)
-            while self.deaths and now - self.deaths[0] > RESTART_WINDOW:
-                self.deaths.popleft()
-            if len(self.deaths) > RESTARTS:
-                self.say(f"worker {pid} exited ({code}): {RESTARTS} restarts within {RESTART_WINDOW:.0f}s, "
-                         "giving up")
-                exit_code = 1
-                self.stop()  # and wait for the others, as on SIGTERM
-                continue
-            self.say(f"worker {pid} exited ({code}): starting another")
-            self.spawn(index)
-        self.say("stopped")
-        return exit_code
-
-
-def parse_args(argv: list[str] | None, prog: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog=prog, description="Serve the application over HTTP/1.1.")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--workers", type=int, default=default_workers(),
-                        help=f"worker processes (default {default_workers()}: the CPUs this process may use, less one)")
-    parser.add_argument("--threads", type=int, default=int(os.environ.get("COUPONS_WEB_THREADS", "16")),
-                        help="threads per worker for blocking work (default COUPONS_WEB_THREADS or 16)")
-    parser.add_argument("--keep-alive", type=float, default=KEEP_ALIVE_SECONDS,
-                        help=f"seconds an idle connection stays open (default {KEEP_ALIVE_SECONDS:g})")
-    parser.add_argument("--request-timeout", type=float, default=REQUEST_SECONDS,
-                        help=f"seconds from a request's first byte to its last (default {REQUEST_SECONDS:g})")
-    parser.add_argument("--write-timeout", type=float, default=WRITE_SECONDS,
-                        help=f"seconds a client may leave its answers unread (default {WRITE_SECONDS:g})")
-    parser.add_argument("--max-connections", type=int, default=MAX_CONNECTIONS,
-                        help=f"connections per worker; one more is answered 503 (default {MAX_CONNECTIONS})")
-    parser.add_argument("--static-path-route", default="/static", help="URL prefix of the static files")
-    parser.add_argument("--static-path-mount", default="", help="folder served under the static route")
-    args = parser.parse_args(argv)
-    if args.workers < 1 or args.threads < 1:
-        parser.error("--workers and --threads must be at least 1")
-    if args.keep_alive <= 0 or args.request_timeout <= 0 or args.write_timeout <= 0 or args.max_connections < 1:
-        parser.error("--keep-alive, --request-timeout, --write-timeout and --max-connections must be positive")
-    return args
-
-
-
-def default_workers() -> int:
-    """The CPUs this process may use, less one, at least one: on a host that also runs Redis, PostgreSQL and the
-    load's other end, a worker per core leaves the loopback traffic and Redis no core of their own, and the tail
-    at a steady rate gets worse, not better (docs/scaling.md, "Workers per host": 2 cores, 1 worker against 2).
-    On a web host of its own, give --workers the number of cores."""
-    return max(1, len(os.sched_getaffinity(0)) - 1)
-
-def main(argv: list[str] | None, application_factory: ApplicationFactory, prog: str = "couponrush server") -> int:
-    """Serve what application_factory(args) returns in each worker until SIGTERM / SIGINT."""
-    args = parse_args(argv, prog)
-    try:
-        master = Master(args, application_factory)
-    except OSError as exc:
-        detail = "the port is in use" if exc.errno == errno.EADDRINUSE else exc.strerror
-        print(f"{prog}: cannot listen on {args.host}:{args.port}: {detail}", file=sys.stderr)
-        return 2
-    return master.run()
 

@@ -307,7 +307,7 @@ _CLAIM_ID_PARAMETER = OpenApiParameter(  # claim_id_of() reads it
 
 _WAIT_PARAMETER = OpenApiParameter(  # claim_status.wait_of() reads it
     "wait", {"type": "number", "minimum": 0, "maximum": WAIT_MAX_SECONDS, "default": 0}, OpenApiParameter.QUERY,
-    description="Seconds to wait while the claim is pending (a long poll; at most 3 decimals).")
+    description="Seconds to wait while the claim is pending (a long poll).")
 
 
 class ClaimOutputSerializer(serializers.Serializer):

@@ -36,7 +36,7 @@ from .claim_waiters import WAITERS
 from .models import Claim, ClaimStatus
 
 WAIT_MAX_SECONDS = 25
-WAIT_RE = re.compile(r"(?:[0-9]{1,2})(?:\.[0-9]{1,3})?")
+WAIT_RE = re.compile(r"[0-9]{1,16}(?:\.[0-9]{1,16})?(?:[eE][+-]?[0-9]{1,3})?")  # a JSON number's form, not negative
 NO_STORE = {"Cache-Control": "private, no-store"}
 
 
@@ -64,7 +64,8 @@ def status_request_of(meta: Mapping[str, Any], claim_id_text: str, waits: list[s
 
 
 def wait_of(values: list[str]) -> float:
-    """`wait`'s seconds: absent 0; one number from 0 to 25 (at most 3 decimals); anything else a 400."""
+    """`wait`'s seconds: absent 0; one number from 0 to 25 (decimals and an exponent as JSON writes numbers: what
+    the schema's `number` admits); anything else a 400."""
     if not values:
         return 0.0
     if len(values) > 1 or WAIT_RE.fullmatch(values[0]) is None or float(values[0]) > WAIT_MAX_SECONDS:

@@ -15,14 +15,14 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import Q
 from django.utils import timezone
 
 from campaigns import pricing, redis_state
-from campaigns.models import Audience, Campaign, CampaignKind, CampaignState, shared_code_form
+from campaigns.models import Audience, Campaign, CampaignState, shared_code_form
 from campaigns.money import money_text
 from core.errors import Unavailable
 
+from .hot_reads import cart_coupons, live_shared_campaigns
 from .models import Coupon, CouponStatus, UniqueCode
 from .outcomes import REFUSALS, UseCode
 from .services import typed_code_form
@@ -97,24 +97,14 @@ def cart_validate(*, user_id: str, cart: pricing.Cart, codes: list[str],
     now = timezone.now()
     typed = {text: typed_code_form(text) for text in codes}
     wanted = sorted({code for code in typed.values() if code is not None})
-    rows = list(
-        Coupon.objects.select_related("campaign").filter(user_id=user_id).filter(
-            Q(status=CouponStatus.ACTIVE, valid_from__lte=now, expires_at__gte=now.replace(microsecond=0),
-              campaign__currency=cart.currency)
-            | Q(code__in=wanted)
-        ).order_by("expires_at", "pk")
-    )
+    rows = cart_coupons(user_id=user_id, now=now, currency=cart.currency, codes=wanted)
     own = {coupon.code: coupon for coupon in rows}
     usable = [coupon for coupon in rows if _own_refusal(coupon, cart, now) is None]
     before_lookup(sum(code not in own for code in typed.values()))  # each such text may be a miss below
 
     shared_wanted = [c for c in wanted if c not in own and shared_code_form(c) is not None]
-    shared = {
-        campaign.code: campaign
-        for campaign in (Campaign.objects.published().filter(kind=CampaignKind.CODES, code__in=shared_wanted,
-                                                             starts_at__lte=now, ends_at__gt=now, paused=False)
-                         if shared_wanted else [])
-    }
+    shared = {campaign.code: campaign
+              for campaign in (live_shared_campaigns(codes=shared_wanted, now=now) if shared_wanted else [])}
     unique_wanted = {c: canonical_unique_code(c) or c for c in wanted if c not in own and c not in shared}
     unique = {
         row.code: row.campaign

@@ -16,7 +16,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
-from django.db.models import F, Q, QuerySet
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from campaigns import pricing, redis_state
@@ -32,9 +32,11 @@ from webhooks.outbox import delivery_trigger
 
 from .codes import new_codes, normalize_code
 from .events_out import coupon_event_out, coupon_event_payload, new_coupon_out_ctes
+from .hot_reads import coupon_by_id, order_coupons, own_coupon_id, use_family
 from .models import Coupon, CouponEvent, CouponEventType, CouponStatus, UniqueCode
 from .outcomes import UseCode, UseOutcome, done, jsonable, refused
 from .selectors import coupons_due
+from .transitions import transition_write
 from .unique_codes import canonical_unique_code, unique_code_lookup
 
 log = logging.getLogger(__name__)
@@ -137,15 +139,10 @@ def _transition(
     """
     if coupon.version == 1:  # its claim's settled record shows it as issued: PostgreSQL answers from this change on
         claims_changed([coupon.claim_id])
-    unchanged = Coupon.objects.filter(pk=coupon.pk, status=coupon.status, version=coupon.version, **(guard or {}))
-    updated = unchanged.update(
-        status=to, version=F("version") + 1, updated_at=timezone.now(), **fields
-    )
-    if not updated:
+    # The UPDATE, its event and its webhook (in this transaction): one prepared statement (coupons.transitions)
+    if not transition_write(coupon, to=to, event=event, source=source, data=data, now=timezone.now(),
+                            guard=guard or {}, fields=fields):
         return False
-    CouponEvent.objects.create(coupon_id=coupon.pk, campaign_id=coupon.campaign_id, type=event, source=source,
-                               data={k: jsonable(v) for k, v in data.items()})
-    coupon_event_out(coupon, event, data, status=to)  # its webhook, in this transaction
     coupon.status = to
     coupon.version += 1
     for name, value in fields.items():
@@ -259,9 +256,7 @@ def _price_on_order(coupon: Coupon, order: Order, user_id: str, now: datetime, o
     if order.lines is None and campaign.is_scoped:  # a scope is judged on lines: an amount alone has none
         return pricing.CouponPricing(candidate, pricing.NOT_APPLICABLE, Decimal(0)), cart.amount
     if others is None:
-        others = tuple(Coupon.objects.select_related("campaign").filter(user_id=user_id, order_id=order.order_id)
-                       .filter(Q(status=CouponStatus.REDEEMED) | Q(status=CouponStatus.HELD, hold_until__gt=now))
-                       .exclude(pk=coupon.pk).order_by("pk"))
+        others = tuple(order_coupons(user_id=user_id, order_id=order.order_id, now=now, exclude=coupon.pk))
     before = [_stored_pricing(other, cart) for other in others]
     result = pricing.price_coupon(cart, candidate, before=before)
     return result, cart.amount - sum((b.discount for b in before), Decimal(0)) - result.discount
@@ -528,9 +523,9 @@ def _code_used(code: str, user_id: str, order_id: str, decide: Decide, *, new_us
             outcome = _first_shared_use(campaign, code, user_id, new_use, first_use, source=source)
             if outcome is not None:
                 return outcome
-    own = Coupon.objects.filter(code=code, user_id=user_id).values_list("pk", flat=True).first()
+    own = own_coupon_id(code=code, user_id=user_id)
     if own is not None:
-        return _retrying(lambda: Coupon.objects.select_related("campaign").get(pk=own), decide)
+        return _retrying(lambda: coupon_by_id(own), decide)
     now = timezone.now()
     if shared is not None:
         campaign = live_campaign_of_code(shared, at=now)
@@ -631,8 +626,7 @@ def _shared_use(campaign: Campaign, user_id: str, order_id: str, decide: Decide,
         try:
             with transaction.atomic():
                 _lock(prefix)
-                family = list(Coupon.objects.select_related("campaign")
-                              .filter(user_id=user_id, campaign=campaign, claim_id__startswith=prefix).order_by("pk"))
+                family = use_family(user_id=user_id, campaign_id=campaign.pk, prefix=prefix)
                 now = timezone.now()
                 current = next((c for c in family if c.status not in _OVER), None)
                 if current is not None:

@@ -945,7 +945,7 @@ def test_a_second_request_with_a_key_still_in_flight_is_409_then_the_first_answe
         with _db_connect(autocommit=True) as probe:  # the first redeem is waiting for the row lock
             _wait_for(lambda: probe.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                "AND query LIKE 'UPDATE \"coupons_coupon\"%'").fetchone()[0] == 1)
+                "AND query LIKE '%UPDATE %coupons_coupon%'").fetchone()[0] == 1)
         client = Client(raise_request_exception=False)
 
         # when: the same request, and a different one, with the same key

@@ -1,0 +1,126 @@
+"""The reads of a checkout's routes as prepared statements (core.db): a coupon and its campaign by the shopper's
+code, the coupons of a shared code's use or of an order, a cart's candidates and its live shared codes.
+
+Each ran on every reserve, confirm, redeem, release or cart through Django's ORM, whose query compiler cost more
+than PostgreSQL did (bench/api_routes.py, docs/benchmarks.md). The statements are the ORM's, written out: the same
+rows in the same order, built into the same model objects (Model.from_db, each field's from_db_value applied as
+the ORM applies it: a coupon's shares come back as JSON text from psycopg).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from django.db import connection, models
+
+from campaigns.models import Campaign, CampaignKind
+from core.db import prepared_cursor
+
+from .models import Coupon, CouponStatus
+
+_COUPON, _CAMPAIGN = Coupon._meta.db_table, Campaign._meta.db_table
+
+
+def _shape(model: type[models.Model], alias: str) -> tuple[str, list[str], list[tuple[int, Any]]]:
+    """A model's columns as a SELECT list, its fields' attnames, and the converters of those that have one."""
+    fields = model._meta.concrete_fields
+    columns = ", ".join(f"{alias}.{f.column}" for f in fields)
+    converters = [(i, f.from_db_value) for i, f in enumerate(fields) if hasattr(f, "from_db_value")]
+    return columns, [f.attname for f in fields], converters
+
+
+_COUPON_COLUMNS, _COUPON_NAMES, _COUPON_CONVERTERS = _shape(Coupon, "c")
+_CAMPAIGN_COLUMNS, _CAMPAIGN_NAMES, _CAMPAIGN_CONVERTERS = _shape(Campaign, "k")
+_WIDTH = len(_COUPON_NAMES)
+
+
+def _instance(model: type[models.Model], names: list[str], converters: list[tuple[int, Any]], values: Sequence[Any]
+              ) -> Any:
+    row = list(values)
+    for i, convert in converters:
+        row[i] = convert(row[i], None, connection)
+    return model.from_db("default", names, row)
+
+
+def campaign_of_row(values: Sequence[Any]) -> Campaign:
+    campaign: Campaign = _instance(Campaign, _CAMPAIGN_NAMES, _CAMPAIGN_CONVERTERS, values)
+    return campaign
+
+
+def _coupons(sql: str, params: dict[str, Any]) -> list[Coupon]:
+    """The coupons of a statement selecting _COUPON_COLUMNS then _CAMPAIGN_COLUMNS, each with its campaign (as
+    select_related("campaign") has it)."""
+    with prepared_cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    coupons = []
+    for row in rows:
+        coupon: Coupon = _instance(Coupon, _COUPON_NAMES, _COUPON_CONVERTERS, row[:_WIDTH])
+        coupon.campaign = campaign_of_row(row[_WIDTH:])
+        coupons.append(coupon)
+    return coupons
+
+
+_WITH_CAMPAIGN = (f"SELECT {_COUPON_COLUMNS}, {_CAMPAIGN_COLUMNS} "
+                  f"FROM {_COUPON} c JOIN {_CAMPAIGN} k ON k.id = c.campaign_id")
+
+_OWN_ID = f"SELECT c.id FROM {_COUPON} c WHERE c.code = %(code)s::varchar AND c.user_id = %(user)s::varchar"
+_BY_ID = f"{_WITH_CAMPAIGN} WHERE c.id = %(id)s::bigint"
+_FAMILY = f"""{_WITH_CAMPAIGN} WHERE c.user_id = %(user)s::varchar AND c.campaign_id = %(campaign)s::bigint
+    AND c.claim_id LIKE %(prefix)s::varchar ORDER BY c.id"""
+_ORDER_OTHERS = f"""{_WITH_CAMPAIGN} WHERE c.user_id = %(user)s::varchar AND c.order_id = %(order)s::varchar
+    AND (c.status = '{CouponStatus.REDEEMED.value}'
+         OR (c.status = '{CouponStatus.HELD.value}' AND c.hold_until > %(now)s::timestamptz))
+    AND c.id <> %(id)s::bigint ORDER BY c.id"""
+_CART = f"""{_WITH_CAMPAIGN} WHERE c.user_id = %(user)s::varchar
+    AND ((c.status = '{CouponStatus.ACTIVE.value}' AND c.valid_from <= %(now)s::timestamptz
+          AND c.expires_at >= %(second)s::timestamptz AND k.currency = %(currency)s::varchar)
+         OR c.code = ANY(%(codes)s::varchar[]))
+    ORDER BY c.expires_at, c.id"""
+_LIVE_SHARED = f"""SELECT {_CAMPAIGN_COLUMNS} FROM {_CAMPAIGN} k WHERE k.published_at IS NOT NULL
+    AND k.kind = '{CampaignKind.CODES.value}' AND k.code = ANY(%(codes)s::varchar[])
+    AND k.starts_at <= %(now)s::timestamptz AND k.ends_at > %(now)s::timestamptz AND NOT k.paused"""
+
+
+def own_coupon_id(*, code: str, user_id: str) -> int | None:
+    """The id of the shopper's coupon of this code (canonical), or None."""
+    with prepared_cursor() as cursor:
+        cursor.execute(_OWN_ID, {"code": code, "user": user_id})
+        row = cursor.fetchone()
+    return row[0] if row is not None else None
+
+
+def coupon_by_id(pk: int) -> Coupon:
+    """The coupon with its campaign (Coupon.DoesNotExist: none)."""
+    found = _coupons(_BY_ID, {"id": pk})
+    if not found:
+        raise Coupon.DoesNotExist(f"no coupon {pk}")
+    return found[0]
+
+
+def use_family(*, user_id: str, campaign_id: int, prefix: str) -> list[Coupon]:
+    """The shopper's coupons of one order's uses of a campaign's shared code (claim ids starting with `prefix`,
+    which has no LIKE wildcard: services._use_prefix), oldest first."""
+    return _coupons(_FAMILY, {"user": user_id, "campaign": campaign_id, "prefix": f"{prefix}%"})
+
+
+def order_coupons(*, user_id: str, order_id: str, now: datetime, exclude: int | None) -> list[Coupon]:
+    """The shopper's other coupons of an order that bear on its pricing: redeemed, or held and not lapsed by
+    `now`; oldest first."""
+    return _coupons(_ORDER_OTHERS, {"user": user_id, "order": order_id, "now": now,
+                                    "id": exclude if exclude is not None else 0})
+
+
+def cart_coupons(*, user_id: str, now: datetime, currency: str, codes: list[str]) -> list[Coupon]:
+    """A cart's candidates among the shopper's coupons: those active, valid at `now` and in its currency, and
+    those whose code is given; soonest to expire first."""
+    return _coupons(_CART, {"user": user_id, "now": now, "second": now.replace(microsecond=0),
+                            "currency": currency, "codes": codes})
+
+
+def live_shared_campaigns(*, codes: list[str], now: datetime) -> list[Campaign]:
+    """The published codes campaigns, live at `now` (started, not ended, not paused), of these shared codes."""
+    with prepared_cursor() as cursor:
+        cursor.execute(_LIVE_SHARED, {"codes": codes, "now": now})
+        return [campaign_of_row(row) for row in cursor.fetchall()]

@@ -1,0 +1,74 @@
+"""A checkout's statements on coupons are the prepared ones (coupons.hot_reads, coupons.transitions), and what they
+read is what Django's ORM reads: the same model objects, field by field.
+
+Real PostgreSQL and Redis, requests through Django's test client.
+"""
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from coupons import hot_reads
+from coupons.models import Coupon, CouponStatus
+
+from .helpers import assert_rows_agree_with_events, events_of, issued_coupon
+from .test_use_api import ORDER, answer, use
+
+# Django's ORM quotes its table names; the prepared statements name them bare.
+ORM_COUPON_TABLE = '"coupons_coupon"'
+
+
+def _fields(coupon: Coupon) -> dict[str, Any]:
+    campaign = coupon.campaign
+    return {"coupon": {f.attname: getattr(coupon, f.attname) for f in Coupon._meta.concrete_fields},
+            "campaign": {f.attname: getattr(campaign, f.attname) for f in type(campaign)._meta.concrete_fields}}
+
+
+def test_reserve_confirm_release_of_a_claimed_coupon_read_and_change_it_through_prepared_statements(
+        client, live_campaign) -> None:
+    # given: a shopper's claimed coupon
+    coupon = issued_coupon(live_campaign, "alice")
+
+    # when: reserved, confirmed and released over the API
+    with CaptureQueriesContext(connection) as queries:
+        reserved = use(client, coupon.code, "reserve")
+        confirmed = use(client, coupon.code, "confirm")
+        released = use(client, coupon.code, "release")
+
+    # then: the answers and events as ever, and no statement on the coupons compiled by the ORM
+    assert [answer(r) for r in (reserved, confirmed, released)] == [
+        (200, 0, "reserved"), (200, 0, "redeemed"), (200, 0, "released")]
+    assert [t for t, _ in events_of(coupon)] == ["issued", "reserved", "redeemed", "released"]
+    assert_rows_agree_with_events()
+    compiled = [q["sql"] for q in queries.captured_queries if ORM_COUPON_TABLE in q["sql"]]
+    assert compiled == []
+
+
+def test_the_prepared_reads_build_the_objects_the_orm_builds(client, live_campaign) -> None:
+    # given: a coupon held for an order sent with lines (its shares are JSON), of a campaign with a scope (arrays)
+    coupon = issued_coupon(live_campaign, "alice", include_categories=["tea"])
+    lines = {**ORDER, "lines": [{"sku": "TEA-1", "category": "tea", "quantity": 2, "unit_price": "175.00"}]}
+    del lines["order_amount"]
+    assert answer(use(client, coupon.code, "reserve", body=lines)) == (200, 0, "reserved")
+    orm = Coupon.objects.select_related("campaign").get(pk=coupon.pk)
+    assert orm.status == CouponStatus.HELD and isinstance(orm.shares, dict)
+
+    # when: read by each prepared statement
+    now = timezone.now()
+    by_id = hot_reads.coupon_by_id(coupon.pk)
+    in_cart = hot_reads.cart_coupons(user_id="alice", now=now, currency="CNY", codes=[coupon.code])
+    of_order = hot_reads.order_coupons(user_id="alice", order_id=ORDER["order_id"], now=now, exclude=None)
+
+    # then: the same objects, field by field
+    assert hot_reads.own_coupon_id(code=coupon.code, user_id="alice") == coupon.pk
+    assert hot_reads.own_coupon_id(code=coupon.code, user_id="bob") is None
+    for read in (by_id, *in_cart, *of_order):
+        assert _fields(read) == _fields(orm)
+    assert len(in_cart) == 1 and len(of_order) == 1
+    assert hot_reads.order_coupons(user_id="alice", order_id=ORDER["order_id"], now=now + timedelta(hours=2),
+                                   exclude=None) == []  # a hold lapsed by then bears on no pricing
+    assert hot_reads.order_coupons(user_id="alice", order_id=ORDER["order_id"], now=now, exclude=coupon.pk) == []

@@ -1,5 +1,5 @@
 """WSGI entry point for Django alone (`config.wsgi:application` under any WSGI server): the claim is Django's
-view there (orders.apis.campaign_claim), through the same implementation as every other way in; the API's routes
+view there (orders.apis.CampaignClaimApi), through the same implementation as every other way in; the API's routes
 through the middleware they need (core/handlers.py)."""
 import os
 

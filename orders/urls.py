@@ -3,10 +3,10 @@ on the event loop by orders/door.py under the project's servers; this route is i
 schema."""
 from django.urls import path
 
-from .apis import ClaimCancelApi, ClaimDetailApi, campaign_claim
+from .apis import CampaignClaimApi, ClaimCancelApi, ClaimDetailApi
 
 urlpatterns = [
-    path("campaigns/<str:campaign_id>/claim", campaign_claim, name="campaign-claim"),
+    path("campaigns/<str:campaign_id>/claim", CampaignClaimApi.as_view(), name="campaign-claim"),
     path("claims/<str:claim_id>", ClaimDetailApi.as_view(), name="claim-detail"),
     path("claims/<str:claim_id>/cancel", ClaimCancelApi.as_view(), name="claim-cancel"),
 ]

@@ -8,7 +8,7 @@ A benchmark, not a test. In one run it
   1. gets a PostgreSQL and a Redis: DATABASE_URL / REDIS_URL when set (the database is created when missing and
      migrated; the Redis db is FLUSHED at start, so give the bench a db of its own, e.g. /9: it refuses a db
      holding keys it did not write unless --force-flush), otherwise embedded servers under var/bench/ started
-     the way config/devstack.py starts them;
+     the way devstack/ starts them;
   2. starts the web server with the run command's command line (devstack.web_command: config/server.py,
      --workers 2, plus --server-args) with DEBUG off, and a Celery worker (devstack.worker_command)
      that drains the claim ledger into PostgreSQL;

@@ -44,7 +44,7 @@ STOP_TIMEOUT = 10.0
 
 from webserver.options import default_workers  # noqa: E402, F401 - the run command's web workers (CPUs less one)
 
-# The run command's process lines and embedded servers live in config/devstack.py; reuse them when that module
+# The run command's process lines and embedded servers live in devstack/; reuse them when that module
 # imports cleanly (it is edited by others), fall back to equivalent local code otherwise.
 try:
     with warnings.catch_warnings():
@@ -595,7 +595,7 @@ def child_env(stores: Stores, secret: str) -> dict[str, str]:
 
 
 def web_argv(port: int, workers: int, extra: list[str]) -> list[str]:
-    """The run command's web command line (config/devstack.py), with --workers and extra server options."""
+    """The run command's web command line (devstack/), with --workers and extra server options."""
     if devstack is not None:
         argv = devstack.web_command(port)
     else:

@@ -993,7 +993,7 @@ def summarize_profile(raw: str, top: int = 25) -> dict[str, Any]:
 
 def _area(path: str) -> str:
     """Group a frame's file into a readable area of the claim path."""
-    for needle, name in (("webserver/server.py", "web server: webserver/server.py"), ("httptools", "httptools"),
+    for needle, name in (("webserver/", "web server: webserver/"), ("httptools", "httptools"),
                          ("uvloop", "uvloop"), ("/redis/", "redis-py"),
                          ("hiredis", "redis-py"), ("/django/", "django"),
                          ("/rest_framework/", "djangorestframework"), ("/granian/", "granian"),

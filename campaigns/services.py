@@ -16,6 +16,7 @@ from django.dispatch import receiver
 from django.utils import timezone
 from django.utils.translation import gettext
 
+from core.db import ModelRows, prepared_cursor
 from core.errors import Unavailable
 from core.locks import AdvisoryLock
 
@@ -120,6 +121,14 @@ LIVE_CODE_SECONDS = 1.0
 LIVE_CODE_ENTRIES = 1000
 _live_codes: dict[str, tuple[float, Campaign]] = {}
 _live_codes_lock = threading.Lock()
+# A code not remembered (none live has it: every claimed coupon's code typed at a reserve or redeem asks) is one
+# prepared statement (core.db), not a query Django's ORM compiles each time; the same row as
+# Campaign.objects.published().with_shared_code(code, at=at).first() (its ordering: -starts_at, -id).
+_CAMPAIGN_ROWS = ModelRows(Campaign)
+_LIVE_CODE_SQL = f"""SELECT {_CAMPAIGN_ROWS.columns("k")} FROM {Campaign._meta.db_table} k
+WHERE k.published_at IS NOT NULL AND k.kind = '{CampaignKind.CODES.value}' AND k.code = %(code)s::varchar
+  AND k.ends_at > %(at)s::timestamptz
+ORDER BY k.starts_at DESC, k.id DESC LIMIT 1"""
 
 
 def live_campaign_of_code(code: str, *, at: datetime) -> Campaign | None:
@@ -134,7 +143,10 @@ def live_campaign_of_code(code: str, *, at: datetime) -> Campaign | None:
             if hit is not None and hit[0] > time.monotonic():
                 campaign = hit[1]
             else:
-                campaign = Campaign.objects.published().with_shared_code(code, at=at).first()
+                with prepared_cursor() as cursor:  # Campaign.objects.published().with_shared_code(code).first()
+                    cursor.execute(_LIVE_CODE_SQL, {"code": code, "at": at})
+                    row = cursor.fetchone()
+                campaign = _CAMPAIGN_ROWS.build(row) if row is not None else None
                 if campaign is not None:
                     if len(_live_codes) >= LIVE_CODE_ENTRIES:
                         _live_codes.clear()

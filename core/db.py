@@ -1,11 +1,13 @@
 """PostgreSQL helpers shared by the apps: a cursor whose statements are prepared on the server."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
 from django.db import connection
 from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
+from django.db.models import Model
 
 
 def prepared_cursor() -> Any:
@@ -32,3 +34,27 @@ class _LoggedPrepared(CursorDebugWrapper):
     def execute(self, sql: Any, params: Any = None) -> Any:
         with self.debug_sql(sql, params):
             return CursorWrapper.execute(self, sql, params)
+
+
+class ModelRows:
+    """A model's concrete columns for a prepared SELECT, and its objects built from such rows as Django's ORM
+    builds them: Model.from_db, each field's from_db_value applied (psycopg hands Django's connection JSON as
+    text; the JSON field parses it)."""
+
+    def __init__(self, model: type[Model]) -> None:
+        fields = model._meta.concrete_fields
+        self.model = model
+        self.width = len(fields)
+        self._columns = [f.column for f in fields]
+        self._names = [f.attname for f in fields]
+        self._converters = [(i, f.from_db_value) for i, f in enumerate(fields) if hasattr(f, "from_db_value")]
+
+    def columns(self, alias: str) -> str:
+        """The SELECT list of the model's columns, of the table aliased `alias`, in the order build() takes."""
+        return ", ".join(f"{alias}.{column}" for column in self._columns)
+
+    def build(self, values: Sequence[Any]) -> Any:
+        row = list(values)
+        for i, convert in self._converters:
+            row[i] = convert(row[i], None, connection)
+        return self.model.from_db(connection.alias, self._names, row)

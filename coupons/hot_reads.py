@@ -3,8 +3,7 @@ code, the coupons of a shared code's use or of an order, a cart's candidates and
 
 Each ran on every reserve, confirm, redeem, release or cart through Django's ORM, whose query compiler cost more
 than PostgreSQL did (bench/api_routes.py, docs/benchmarks.md). The statements are the ORM's, written out: the same
-rows in the same order, built into the same model objects (Model.from_db, each field's from_db_value applied as
-the ORM applies it: a coupon's shares come back as JSON text from psycopg).
+rows in the same order, built into the same model objects (core.db.ModelRows).
 """
 from __future__ import annotations
 
@@ -12,57 +11,35 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from django.db import connection, models
-
 from campaigns.models import Campaign, CampaignKind
-from core.db import prepared_cursor
+from core.db import ModelRows, prepared_cursor
 
 from .models import Coupon, CouponStatus
 
 _COUPON, _CAMPAIGN = Coupon._meta.db_table, Campaign._meta.db_table
-
-
-def _shape(model: type[models.Model], alias: str) -> tuple[str, list[str], list[tuple[int, Any]]]:
-    """A model's columns as a SELECT list, its fields' attnames, and the converters of those that have one."""
-    fields = model._meta.concrete_fields
-    columns = ", ".join(f"{alias}.{f.column}" for f in fields)
-    converters = [(i, f.from_db_value) for i, f in enumerate(fields) if hasattr(f, "from_db_value")]
-    return columns, [f.attname for f in fields], converters
-
-
-_COUPON_COLUMNS, _COUPON_NAMES, _COUPON_CONVERTERS = _shape(Coupon, "c")
-_CAMPAIGN_COLUMNS, _CAMPAIGN_NAMES, _CAMPAIGN_CONVERTERS = _shape(Campaign, "k")
-_WIDTH = len(_COUPON_NAMES)
-
-
-def _instance(model: type[models.Model], names: list[str], converters: list[tuple[int, Any]], values: Sequence[Any]
-              ) -> Any:
-    row = list(values)
-    for i, convert in converters:
-        row[i] = convert(row[i], None, connection)
-    return model.from_db("default", names, row)
+_COUPON_ROWS, _CAMPAIGN_ROWS = ModelRows(Coupon), ModelRows(Campaign)
 
 
 def campaign_of_row(values: Sequence[Any]) -> Campaign:
-    campaign: Campaign = _instance(Campaign, _CAMPAIGN_NAMES, _CAMPAIGN_CONVERTERS, values)
+    campaign: Campaign = _CAMPAIGN_ROWS.build(values)
     return campaign
 
 
 def _coupons(sql: str, params: dict[str, Any]) -> list[Coupon]:
-    """The coupons of a statement selecting _COUPON_COLUMNS then _CAMPAIGN_COLUMNS, each with its campaign (as
+    """The coupons of a statement selecting the coupon's columns then its campaign's, each with its campaign (as
     select_related("campaign") has it)."""
     with prepared_cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
     coupons = []
     for row in rows:
-        coupon: Coupon = _instance(Coupon, _COUPON_NAMES, _COUPON_CONVERTERS, row[:_WIDTH])
-        coupon.campaign = campaign_of_row(row[_WIDTH:])
+        coupon: Coupon = _COUPON_ROWS.build(row[:_COUPON_ROWS.width])
+        coupon.campaign = campaign_of_row(row[_COUPON_ROWS.width:])
         coupons.append(coupon)
     return coupons
 
 
-_WITH_CAMPAIGN = (f"SELECT {_COUPON_COLUMNS}, {_CAMPAIGN_COLUMNS} "
+_WITH_CAMPAIGN = (f"SELECT {_COUPON_ROWS.columns('c')}, {_CAMPAIGN_ROWS.columns('k')} "
                   f"FROM {_COUPON} c JOIN {_CAMPAIGN} k ON k.id = c.campaign_id")
 
 _OWN_ID = f"SELECT c.id FROM {_COUPON} c WHERE c.code = %(code)s::varchar AND c.user_id = %(user)s::varchar"
@@ -78,7 +55,7 @@ _CART = f"""{_WITH_CAMPAIGN} WHERE c.user_id = %(user)s::varchar
           AND c.expires_at >= %(second)s::timestamptz AND k.currency = %(currency)s::varchar)
          OR c.code = ANY(%(codes)s::varchar[]))
     ORDER BY c.expires_at, c.id"""
-_LIVE_SHARED = f"""SELECT {_CAMPAIGN_COLUMNS} FROM {_CAMPAIGN} k WHERE k.published_at IS NOT NULL
+_LIVE_SHARED = f"""SELECT {_CAMPAIGN_ROWS.columns('k')} FROM {_CAMPAIGN} k WHERE k.published_at IS NOT NULL
     AND k.kind = '{CampaignKind.CODES.value}' AND k.code = ANY(%(codes)s::varchar[])
     AND k.starts_at <= %(now)s::timestamptz AND k.ends_at > %(now)s::timestamptz AND NOT k.paused"""
 

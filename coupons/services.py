@@ -36,7 +36,7 @@ from .hot_reads import coupon_by_id, order_coupons, own_coupon_id, use_family
 from .models import Coupon, CouponEvent, CouponEventType, CouponStatus, UniqueCode
 from .outcomes import UseCode, UseOutcome, done, jsonable, refused
 from .selectors import coupons_due
-from .transitions import transition_write
+from .transitions import event_write, transition_write
 from .unique_codes import canonical_unique_code, unique_code_lookup
 
 log = logging.getLogger(__name__)
@@ -474,9 +474,7 @@ def coupon_release(*, user_id: str, code: str, order_id: str, source: str = "api
             if not _transition(coupon, to=CouponStatus.REVOKED, event=CouponEventType.REVOKED, source=source,
                                data={"reason": "released", "order_id": order_id}):
                 return None
-            CouponEvent.objects.create(coupon_id=coupon.pk, campaign_id=coupon.campaign_id,
-                                       type=CouponEventType.RESTOCKED, source=source,
-                                       data={"claim_id": coupon.claim_id})
+            event_write(coupon, event=CouponEventType.RESTOCKED, source=source, data={"claim_id": coupon.claim_id})
             _give_back(coupon)  # before the commit: Redis down is a 503 and nothing changed
         elif released and not coupon_settle(coupon=coupon, now=now):  # released after its validity: expired
             return None

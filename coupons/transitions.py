@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import transaction
+from django.utils import timezone
 
 from core.db import prepared_cursor
 from webhooks.outbox import delivery_trigger, outbox_ctes
@@ -82,3 +83,17 @@ def transition_write(coupon: Coupon, *, to: str, event: str, source: str, data: 
     if webhooks:
         transaction.on_commit(delivery_trigger.request)
     return bool(changed)
+
+
+_EVENT_SQL = (f"INSERT INTO {_EVENT} (coupon_id, campaign_id, type, data, source, created_at) "
+              "VALUES (%(id)s::bigint, %(campaign)s::bigint, %(event)s::varchar, %(data)s::jsonb, %(source)s::varchar, "
+              "%(now)s::timestamptz)")
+
+
+def event_write(coupon: Coupon, *, event: str, source: str, data: dict[str, Any]) -> None:
+    """Write one more event of a coupon that stays inside (no webhook: a restock): the INSERT of
+    CouponEvent.objects.create, prepared. Call inside the transaction of the change it belongs to."""
+    assert event not in OUT, "an event that goes out is written by transition_write, with its webhook"
+    with prepared_cursor() as cursor:
+        cursor.execute(_EVENT_SQL, {"id": coupon.pk, "campaign": coupon.campaign_id, "event": str(event),
+                                    "data": json.dumps(data), "source": source, "now": timezone.now()})

@@ -44,7 +44,8 @@ def script_cost(before: dict[str, dict[str, float]], after: dict[str, dict[str, 
 
 def version_at(rev: str) -> tuple[str, Any]:
     """The claim script of git revision `rev` and the claim_call of its campaigns/redis_state.py (loaded as a
-    module of the campaigns package beside today's)."""
+    module of the campaigns package beside today's); of a revision since that module became a package, of its
+    campaigns/redis_state/claim.py (beside today's package, whose other modules it then uses)."""
     import importlib.util
     import subprocess
 
@@ -52,13 +53,19 @@ def version_at(rev: str) -> tuple[str, Any]:
         return subprocess.run(["git", "show", f"{rev}:{path}"], cwd=BASE_DIR, capture_output=True, text=True,
                               check=True).stdout
 
-    spec = importlib.util.spec_from_loader("campaigns._claim_cost_before", loader=None)
+    path, package = "campaigns/redis_state.py", "campaigns"
+    try:
+        source = show(path)
+    except subprocess.CalledProcessError:  # a revision since the split: its claim module
+        path, package = "campaigns/redis_state/claim.py", "campaigns.redis_state"
+        source = show(path)
+    spec = importlib.util.spec_from_loader(f"{package}._claim_cost_before", loader=None)
     assert spec is not None
     module = importlib.util.module_from_spec(spec)
-    module.__package__ = "campaigns"
-    module.__file__ = str(BASE_DIR / "campaigns" / "redis_state.py")
+    module.__package__ = package
+    module.__file__ = str(BASE_DIR / path)
     sys.modules[spec.name] = module
-    exec(compile(show("campaigns/redis_state.py"), f"{rev}:campaigns/redis_state.py", "exec"), module.__dict__)
+    exec(compile(source, f"{rev}:{path}", "exec"), module.__dict__)
     return show("campaigns/lua/claim.lua"), module.claim_call
 
 

@@ -89,7 +89,7 @@ class CampaignQuerySet(models.QuerySet["Campaign"]):
         return self.published().filter(preheated_at__isnull=True, starts_at__lte=at + lead, ends_at__gt=at)
 
 
-MAX_BUCKETS = 64  # a campaign's stock split over at most this many hash slots (campaigns/redis_state.py)
+MAX_BUCKETS = 64  # a campaign's stock split over at most this many hash slots (campaigns/redis_state/keys.py)
 
 
 class Campaign(models.Model):

@@ -15,7 +15,7 @@ from django.conf import settings as django_settings
 from django.db import connection
 
 from campaigns import redis_state
-from campaigns.redis_state import async_client, reset_redis_client
+from campaigns.redis_state import async_client, buckets, clients, lua, recovery, reset_redis_client
 from core.errors import OutcomeUnknown
 from core.together import NotTakenInTime, Together
 from coupons.idempotency import Answer, IdempotencyInFlight, run_idempotent
@@ -54,12 +54,12 @@ def test_reading_a_lost_replys_answer_pauses_between_tries_on_a_thread_as_on_a_l
 
     # When a thread reads the answer of a claim whose deadline has passed, every try failing at once
     started = time.monotonic()
-    assert redis_state._stored_answer_after("cpn:{c1}:s:1", "a:x", 0) is redis_state.UNREADABLE
+    assert recovery.stored_answer_after("cpn:{c1}:s:1", "a:x", 0) is redis_state.UNREADABLE
     on_thread, thread_seconds = accepted[0], time.monotonic() - started
 
     # And an event loop does the same
     accepted[0] = 0
-    assert run_coroutine(redis_state._stored_answer_after_async("cpn:{c1}:s:1", "a:x", 0)) is redis_state.UNREADABLE
+    assert run_coroutine(recovery.stored_answer_after_async("cpn:{c1}:s:1", "a:x", 0)) is redis_state.UNREADABLE
     on_loop = accepted[0]
 
     # Then both gave up within the budget, a pause between tries: no busy loop against the server
@@ -194,7 +194,8 @@ def test_a_reset_of_the_redis_client_gives_a_running_loop_a_client_of_the_new_se
     original = django_settings.REDIS_URL
     other = f"{original.rsplit('/', 1)[0]}/{django_settings.CELERY_BROKER_URL.rsplit('/', 1)[1]}"
     assert other != original
-    redis_state._empty_until[(1, 1)] = (time.monotonic() + 60, 0)  # cached key state: an empty bucket
+    buckets.empty_until[(1, 1)] = (time.monotonic() + 60, 0)  # cached key state: an empty bucket
+    redis_state.scripts(), redis_state.redis_now_ms()  # the scripts registered, Redis's clock learnt
 
     async def scenario() -> tuple[object, object]:
         first = async_client()
@@ -213,6 +214,7 @@ def test_a_reset_of_the_redis_client_gives_a_running_loop_a_client_of_the_new_se
         assert second is not first
         assert redis_py.Redis.from_url(other).get("issue33:reset") == b"after"
         assert redis_py.Redis.from_url(original).get("issue33:reset") == b"before"
-        assert redis_state._empty_until == {} and redis_state._buckets == {}
+        assert buckets.empty_until == {} and buckets.known_buckets == {}
+        assert lua._scripts is None and recovery._clock["measured"] < 0 and clients._client is None
     finally:
         redis_py.Redis.from_url(other).delete("issue33:reset")

@@ -1,0 +1,109 @@
+"""A codes campaign's shared code in Redis: its uses taken (code_take.lua) and given back (code_give_back.lua)."""
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+import redis
+
+from core.errors import StoreUnavailable
+
+from .clients import redis_client
+from .keys import campaign_keys
+from .lua import scripts
+from .state import RestockResult
+
+
+class TakeCode(enum.IntEnum):
+    """code_take.lua's answers."""
+
+    TAKEN = 0
+    LIMIT_REACHED = 1
+    SOLD_OUT = 2
+    NOT_STARTED = 3
+    ENDED = 4
+    PAUSED = 5
+    ALREADY = 6  # this use held its unit already (a request that died before its coupon was written)
+    NO_STATE = -1
+
+
+def run_code_take(*, campaign_id: int, user_id: str, member: str) -> TakeCode:
+    """Take one use of a codes campaign's shared code for the use `member` (code_take.lua). Raise
+    StoreUnavailable (nothing was taken)."""
+    keys = campaign_keys(campaign_id)
+    try:
+        return TakeCode(int(scripts().code_take(keys=[keys.meta, keys.uses, keys.users, keys.takes],
+                                                args=[user_id, member])))
+    except redis.RedisError as exc:
+        raise StoreUnavailable(str(exc)) from exc
+
+
+def run_code_takes(takes: list[tuple[int, str, str]]) -> list[TakeCode]:
+    """run_code_take for each (campaign id, user id, member), in one pipelined round trip a campaign (one hash
+    slot: with replica acks its WAIT confirms them all), each take atomic on its own, not the takes together.
+    Raise StoreUnavailable (some may have been taken: give them back)."""
+    by_campaign: dict[int, list[int]] = {}
+    for n, (campaign_id, _, _) in enumerate(takes):
+        by_campaign.setdefault(campaign_id, []).append(n)
+    answers: list[TakeCode] = [TakeCode.NO_STATE] * len(takes)
+    try:
+        for campaign_id, indexes in by_campaign.items():
+            keys = campaign_keys(campaign_id)
+            replies = scripts().code_take.each([([keys.meta, keys.uses, keys.users, keys.takes], list(takes[n][1:]))
+                                                for n in indexes])
+            for n, reply in zip(indexes, replies, strict=True):
+                answers[n] = TakeCode(int(reply))
+    except redis.RedisError as exc:
+        raise StoreUnavailable(str(exc)) from exc
+    return answers
+
+
+def code_uses_of(campaign_ids: list[int], user_id: str) -> dict[int, tuple[int | None, int]]:
+    """For each codes campaign: (its shared code's uses left, None when Redis holds no state; this shopper's
+    uses), read in one pipelined round trip; what code_take.lua would judge, nothing changed. Raise
+    StoreUnavailable."""
+    if not campaign_ids:
+        return {}
+    try:
+        pipe = redis_client().pipeline(transaction=False)
+        for campaign_id in campaign_ids:
+            keys = campaign_keys(campaign_id)
+            pipe.get(keys.uses)
+            pipe.hget(keys.users, user_id)
+        replies = iter(pipe.execute())
+    except redis.RedisError as exc:
+        raise StoreUnavailable(str(exc)) from exc
+    uses: dict[int, tuple[int | None, int]] = {}
+    for campaign_id in campaign_ids:
+        left, held = next(replies), next(replies)
+        uses[campaign_id] = (None if left is None else int(left), int(held or 0))
+    return uses
+
+
+def run_code_give_back(*, campaign_id: int, user_id: str, member: str) -> RestockResult:
+    """Give the use `member` back to the shared code, once (code_give_back.lua). Raise StoreUnavailable."""
+    keys = campaign_keys(campaign_id)
+    try:
+        return RestockResult(int(scripts().code_give_back(keys=[keys.uses, keys.users, keys.takes],
+                                                          args=[user_id, member])))
+    except redis.RedisError as exc:
+        raise StoreUnavailable(str(exc)) from exc
+
+
+def codes_snapshot(campaign_id: int) -> tuple[int | None, set[str], dict[str, int]]:
+    """A consistent cut of a codes campaign in Redis (one MULTI): (uses left or None, takes, per-user uses)."""
+    keys = campaign_keys(campaign_id)
+    try:
+        pipe = redis_client().pipeline(transaction=True)
+        pipe.get(keys.uses)
+        pipe.smembers(keys.takes)
+        pipe.hgetall(keys.users)
+        left, takes, users = pipe.execute()
+    except redis.RedisError as exc:
+        raise StoreUnavailable(str(exc)) from exc
+
+    def text(value: Any) -> str:
+        return value.decode() if isinstance(value, bytes) else str(value)
+
+    return (None if left is None else int(left), {text(m) for m in takes} - {""},
+            {text(k): int(v) for k, v in users.items() if text(k)})

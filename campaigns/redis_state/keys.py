@@ -1,0 +1,112 @@
+"""A campaign's key names in Redis.
+
+Every key of one campaign carries the hash tag {c<id>}, so each script touches one slot and the design
+runs unchanged on Redis Cluster. A hot campaign may be split into buckets (Campaign.buckets): bucket b >= 1 has
+the tag {c<id>.<b>}, its own slot, its share of the stock, its shoppers' counts, ledger and answers; a shopper
+belongs to bucket bucket_of(user id, buckets) (docs/design.md, "Buckets").
+Keys are built only from validated integers and user ids; an
+Idempotency-Key (free text) enters a key name only as its SHA-256.
+"""
+from __future__ import annotations
+
+import hashlib
+import zlib
+from dataclasses import dataclass
+
+DRAIN_GROUP = "drain"
+
+
+@dataclass(frozen=True, slots=True)
+class CampaignKeys:
+    campaign_id: int
+    meta: str
+    stock: str
+    users: str
+    ledger: str
+    cancelled: str
+    # A codes campaign's shared code (code_take.lua): uses left, and the uses taken (one member each). Not the
+    # grab's stock key, so the claim script finds no stock for a codes campaign and never sells from it.
+    uses: str = ""
+    takes: str = ""
+    bucket: int = 0
+    tag: str = ""  # "cpn:{c<id>}:" (bucket 0), "cpn:{c<id>.<b>}:" (bucket b)
+    # A bucket's moves of stock (move_out.lua, move_in.lua): pending moves out, every move out, every move in.
+    moves: str = ""
+    received: str = ""
+    sent: str = ""
+
+    @property
+    def move_keys(self) -> list[str]:
+        return [self.moves, self.sent, self.received]
+
+    def second(self, window: int) -> str:
+        """The hash of one second (`window`, unix seconds) of claims: its rate counters (field "c" the campaign's,
+        "u:<user id>" a shopper's, "i:<ip>" an address's) and the answers of its claims made without an
+        Idempotency-Key ("a:<request token>"); it expires OWN_ANSWER_KEEP_MS after its first claim."""
+        return f"{self.tag}s:{window}"
+
+    def idempotency(self, user_id: str, key: str) -> str:
+        return self.idempotency_of_digest(user_id, key_digest(key))
+
+    def idempotency_of_digest(self, user_id: str, digest: str) -> str:
+        return f"{self.tag}idem:{user_id}:{digest}"
+
+    @property
+    def state(self) -> list[str]:
+        """The keys that hold the campaign's own state (they expire at its end plus the grace)."""
+        return [self.meta, self.stock, self.users, self.ledger, self.cancelled]
+
+    def state_of(self, *, codes: bool) -> list[str]:
+        """The state keys of a grab campaign, or of a codes campaign: the same layout (load_state.lua,
+        extend.lua), its uses in place of the stock and its takes in place of the given-back claims."""
+        return [self.meta, self.uses, self.users, self.ledger, self.takes] if codes else self.state
+
+    def left(self, *, codes: bool) -> str:
+        """The key of what is left: a grab campaign's stock, a codes campaign's uses."""
+        return self.uses if codes else self.stock
+
+
+def key_digest(idempotency_key: str) -> str:
+    """What stands for a shopper's Idempotency-Key in key names, the ledger and PostgreSQL (never the key)."""
+    return hashlib.sha256(idempotency_key.encode()).hexdigest()[:32]
+
+
+def campaign_keys(campaign_id: int, bucket: int = 0) -> CampaignKeys:
+    """The keys of a campaign's bucket (bucket 0: the whole campaign when it is not split)."""
+    keys = _keys.get((campaign_id, bucket))
+    if keys is None:
+        if type(campaign_id) is not int or campaign_id < 1:
+            raise ValueError(f"not a campaign id: {campaign_id!r}")
+        if type(bucket) is not int or not 0 <= bucket < MAX_BUCKETS:
+            raise ValueError(f"not a bucket: {bucket!r}")
+        if len(_keys) > 10_000:
+            _keys.clear()
+        tag = f"cpn:{{c{campaign_id}}}:" if bucket == 0 else f"cpn:{{c{campaign_id}.{bucket}}}:"
+        keys = _keys[(campaign_id, bucket)] = CampaignKeys(
+            campaign_id, tag + "meta", tag + "stock", tag + "users", tag + "ledger", tag + "cancelled",
+            tag + "uses", tag + "takes", bucket, tag, tag + "moves", tag + "received", tag + "sent",
+        )
+    return keys
+
+
+_keys: dict[tuple[int, int], CampaignKeys] = {}
+MAX_BUCKETS = 64  # campaigns.models.MAX_BUCKETS
+
+
+def bucket_of(user_id: str, buckets: int) -> int:
+    """The bucket a shopper belongs to: a stable hash of the user id (CRC-32, the same in every process and
+    release; never Python's hash(), which is salted per process)."""
+    return 0 if buckets == 1 else zlib.crc32(user_id.encode()) % buckets
+
+
+def ledger_ref(ledger_id: str, bucket: int) -> str:
+    """A claim's ledger entry across the campaign's buckets: the stream id, "-<bucket>" after it beyond bucket 0
+    (two buckets' streams may issue the same id). A claim id is "<campaign id>-<ref>"."""
+    return ledger_id if bucket == 0 or not ledger_id else f"{ledger_id}-{bucket}"
+
+
+def split_ref(ref: str) -> tuple[str, int]:
+    """(stream id, bucket) of a ledger_ref()."""
+    ms, _, rest = ref.partition("-")
+    seq, _, bucket = rest.partition("-")
+    return f"{ms}-{seq}", int(bucket) if bucket else 0

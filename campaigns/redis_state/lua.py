@@ -1,0 +1,115 @@
+"""The Lua scripts (campaigns/lua/), loaded once per client (EVALSHA, the whole script again when Redis lost
+it), every run that changes a campaign's state confirmed by replicas when COUPONS_REDIS_REPLICA_ACKS asks."""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, cast
+
+import redis
+
+from core.hot import hot
+
+from ..redis_async import NotAcknowledged
+from .clients import redis_client
+
+log = logging.getLogger(__name__)
+LUA_DIR = Path(__file__).resolve().parent.parent / "lua"
+
+
+class _Script:
+    """One of the Lua scripts, every one of which changes the campaign's state. With replica acks
+    (COUPONS_REDIS_REPLICA_ACKS), it runs with a WAIT after it on the same connection (one round trip) and
+    answers only once that many replicas hold its change: NotAcknowledged (with the script's reply) otherwise.
+
+    A script that gives back (`gives_back`: cancel, a shared code's give-back, add_stock) answers its reply
+    even then: it holds on the master, and a failover that lost it would only leave stock unsold (verify_campaign
+    names it, reconcile returns it), never promise a coupon twice; raising would undo the PostgreSQL side of a
+    change Redis already made."""
+
+    def __init__(self, client: redis.Redis, name: str, *, gives_back: bool = False) -> None:
+        self.client = client
+        self.name, self.gives_back = name, gives_back
+        self.registered = client.register_script((LUA_DIR / f"{name}.lua").read_text())
+        self.sha, self.script = self.registered.sha, self.registered.script
+
+    def __call__(self, *, keys: list[str], args: list[Any]) -> Any:
+        if not hot().replica_acks:
+            return self.registered(keys=keys, args=args)
+        try:
+            return self.each([(keys, args)])[0]  # the script and WAIT on one connection
+        except NotAcknowledged as exc:
+            if not self.gives_back:
+                raise
+            log.warning("%s: %s; it holds on the master", self.name, exc)
+            return exc.reply
+
+    def each(self, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
+        """Run the script once for each (keys, args), in one pipelined round trip (each run atomic on its own,
+        not the runs together), with replica acks as one call's; NotAcknowledged's reply is all the replies."""
+        def send(command: str, body: str) -> list[Any]:
+            pipe = self.client.pipeline(transaction=False)
+            for keys, args in calls:  # pipe.evalsha: not on a cluster
+                pipe.execute_command(command, body, len(keys), *keys, *args)
+            return replicated(pipe)
+        try:
+            return send("EVALSHA", self.sha)
+        except redis.exceptions.NoScriptError:  # Redis lost its scripts (SCRIPT FLUSH, a restart): send them whole
+            return send("EVAL", cast(str, self.script))
+
+
+def replicated(pipe: Any) -> list[Any]:
+    """Execute a pipeline (not a MULTI); with replica acks, WAIT after its commands on the same connection and
+    return the replies only once that many replicas hold what this connection wrote (and so everything the
+    master held before it): raise NotAcknowledged, whose `reply` is the replies, when fewer confirmed it in time.
+    The drain reads the ledger through it (orders/ledger.py): it never persists a claim a failover may lose.
+    On a cluster the commands (of one slot) and the WAIT go on one connection of the slot's master
+    (redis_cluster._ClusterPipeline.execute_then_wait: the cluster pipeline would send the WAIT elsewhere)."""
+    conf = hot()
+    if not conf.replica_acks:
+        return list(pipe.execute())
+    on_one_connection = getattr(pipe, "execute_then_wait", None)
+    if on_one_connection is not None:
+        *replies, replicas = on_one_connection(conf.replica_acks, conf.replica_ack_timeout_ms)
+    else:
+        pipe.execute_command("WAIT", conf.replica_acks, conf.replica_ack_timeout_ms)
+        *replies, replicas = pipe.execute()
+    if int(replicas) < conf.replica_acks:
+        raise NotAcknowledged(replies[0] if len(replies) == 1 else replies, int(replicas))
+    return replies
+
+
+class _Scripts:
+    def __init__(self, client: redis.Redis) -> None:
+        self.claim = _Script(client, "claim")
+        self.load_state = _Script(client, "load_state")
+        self.cancel = _Script(client, "cancel", gives_back=True)
+        self.compare_and_set = _Script(client, "compare_and_set")
+        self.add_stock = _Script(client, "add_stock", gives_back=True)
+        self.extend = _Script(client, "extend")
+        self.void = _Script(client, "void")  # its change must be confirmed before the claim is cancelled (run_void)
+        self.code_take = _Script(client, "code_take")
+        self.code_give_back = _Script(client, "code_give_back", gives_back=True)
+        self.move_out = _Script(client, "move_out")
+        self.move_in = _Script(client, "move_in", gives_back=True)  # its donor gave already: never undone
+
+
+_scripts: _Scripts | None = None
+
+
+def scripts() -> _Scripts:
+    global _scripts
+    if _scripts is None:
+        _scripts = _Scripts(redis_client())
+    return _scripts
+
+
+def forget_scripts() -> None:
+    """Forget the scripts registered on the client (reset_redis_client)."""
+    global _scripts
+    _scripts = None
+
+
+def text(value: bytes | str) -> str:
+    """A reply (bytes, or str from a client that decodes) as str."""
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -24,7 +24,8 @@ DOCS = ROOT / "docs"
 CONFIGURATION = (DOCS / "configuration.md").read_text()
 API = (DOCS / "api.md").read_text()
 CONTRACT = ROOT.parent / "shared" / "CONTRACT.md"
-LINKED_FROM = [README_PATH, *sorted(DOCS.glob("*.md")), ROOT / "bench" / "README.md"]
+LINKED_FROM = [README_PATH, *sorted(DOCS.glob("*.md")), *sorted((DOCS / "decisions").glob("*.md")),
+               ROOT / "bench" / "README.md"]
 
 # The project's code, whose environment variables are the operator's to set: a variable read in it is in
 # docs/configuration.md (settings, entry points, devstack, tracing, metrics, the web server, the apps).

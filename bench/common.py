@@ -648,13 +648,13 @@ def collectstatic_if_missing(env: dict[str, str]) -> None:
 
 
 def shopper_token(user: str, expires: int, secret: str) -> str:
-    """The X-Token of a shopper (CONTRACT.md: "<expires>.<hex HMAC-SHA256 of 'user.expires'>")."""
+    """The X-Token of a shopper (docs/api.md, Shoppers: "<expires>.<hex HMAC-SHA256 of 'user.expires'>")."""
     return f"{expires}.{hmac.new(secret.encode(), f'{user}.{expires}'.encode(), hashlib.sha256).hexdigest()}"
 
 
 def write_tokens(path: Path, n: int, secret: str, *, prefix: str = "s", ttl: int = 3000) -> Path:
     """Write n shoppers with valid tokens in ../shared/reference/wrk/tokens.py's format and signature
-    (HMAC-SHA256 of "user.exp", CONTRACT.md), with user ids <prefix><7 digits>: a fresh population per prefix."""
+    (HMAC-SHA256 of "user.exp", docs/api.md), with user ids <prefix><7 digits>: a fresh population per prefix."""
     path.parent.mkdir(parents=True, exist_ok=True)
     exp = int(time.time()) + ttl
     t0 = time.monotonic()

@@ -36,7 +36,7 @@ class CampaignKind(models.TextChoices):
     CODES = "codes", _("Codes typed at checkout")
 
 
-# A shared code as an operator types it (stored upper case): 4-32 of [A-Z0-9-] (CONTRACT.md, codes).
+# A shared code as an operator types it (stored upper case): 4-32 of [A-Z0-9-] (docs/api.md, codes typed at checkout).
 SHARED_CODE_PATTERN = r"[A-Z0-9-]{4,32}"
 SHARED_CODE_RE = re.compile(SHARED_CODE_PATTERN)
 
@@ -47,7 +47,7 @@ def shared_code_form(text: str) -> str | None:
     return code if text.isascii() and SHARED_CODE_RE.fullmatch(code) else None
 
 
-# A SKU or a category, in a campaign's scope and in a cart's lines (CONTRACT.md, Carts): 1-64 of these.
+# A SKU or a category, in a campaign's scope and in a cart's lines (docs/api.md, Carts): 1-64 of these.
 SCOPE_NAME_PATTERN = r"[A-Za-z0-9_.:/-]{1,64}"
 SCOPE_NAME_RE = re.compile(SCOPE_NAME_PATTERN)
 SCOPE_LIST_MAX = 200  # names in one include or exclude list

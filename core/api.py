@@ -272,7 +272,7 @@ ERROR_SCHEMA = {
     "required": ["code", "status"],
     "properties": {
         "code": {"type": "integer", "description": "The HTTP status for protocol errors."},
-        "status": {"type": "string", "description": "A stable slug (CONTRACT.md)."},
+        "status": {"type": "string", "description": "A stable slug (docs/api.md, Answers)."},
         "detail": {"type": "string"},
     },
 }

@@ -1,4 +1,4 @@
-"""Shopper identity (CONTRACT.md): X-User-Id + X-Token "<expires>.<hex HMAC-SHA256(secret, 'user.expires')>".
+"""Shopper identity (docs/api.md, Shoppers): X-User-Id + X-Token "<expires>.<hex HMAC-SHA256(secret, 'user.expires')>".
 
 Checked in memory, no database. Every refusal looks the same to the caller.
 """

@@ -1,9 +1,10 @@
-"""The one home of errors and codes (CONTRACT.md, Responses).
+"""The one home of errors and codes (docs/api.md, Answers).
 
 `Code` lists every business code a decided request answers with (HTTP 200). An ApplicationError carries its
 whole HTTP form: `http_status`, `code`, `status` (the stable slug), `message` and `retry_after` (seconds, or
-None). One handler renders them (core.api.exception_handler for DRF views; core.http.error_answer for the
-claim's door); nothing else maps a status to a slug or a Retry-After. Every subclass is registered in
+None). One function gives their JSON (core.http.error_body), which DRF's views (core.api.exception_handler)
+and the doors on the event loop (orders/apis.py, orders/status_door.py) send; nothing else maps a status to a
+slug or a Retry-After. Every subclass is registered in
 ApplicationError.registry, and tests/core/test_errors.py checks that each slug has one HTTP status.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Business outcomes of using a coupon (HTTP 200 with a code and status slug, CONTRACT.md)."""
+"""Business outcomes of using a coupon (HTTP 200 with a code and status slug, docs/api.md)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field

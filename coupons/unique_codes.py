@@ -47,7 +47,7 @@ _BODY_RE = re.compile(rf"[{ALPHABET}]{{{BODY_SYMBOLS}}}")
 # (a table look-up instead of a Python loop per symbol: 2.5x faster generation, bench/codes_bench.py).
 _TRIPLES = [a + b + c for a in ALPHABET for b in ALPHABET for c in ALPHABET]
 _TRIPLE = len(_TRIPLES)
-# An imported (legacy) code as stored: upper case, trimmed, 4-40 of [A-Z0-9-] (CONTRACT.md, codes).
+# An imported (legacy) code as stored: upper case, trimmed, 4-40 of [A-Z0-9-] (docs/api.md, codes typed at checkout).
 IMPORTED_CODE_RE = re.compile(r"[A-Z0-9-]{4,40}")
 IMPORTED_RECHECK_SECONDS = 5.0
 

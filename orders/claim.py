@@ -285,7 +285,7 @@ class DrainTrigger(InBackground):
 
     def _handle(self, work: list[Any]) -> None:
         for campaign_id in set(work):
-            try:  # by name: a service never imports a task (DESIGN.md, The shape)
+            try:  # by name: a service never imports a task (docs/design.md, The layering)
                 current_app.send_task(DRAIN_TASK, args=[campaign_id], retry=False, expires=60, ignore_result=True)
             except Exception:  # the broker is down: the beat sweep will drain
                 log.warning("could not send a drain trigger for campaign %s", campaign_id, exc_info=True)

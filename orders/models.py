@@ -48,7 +48,8 @@ class Claim(models.Model):
 
 
 class Reconciliation(models.Model):
-    """One comparison of a campaign's Redis state with PostgreSQL (DESIGN.md's balance), and what was repaired."""
+    """One comparison of a campaign's Redis state with PostgreSQL (docs/design.md, The accounting identity),
+    and what was repaired."""
 
     campaign = models.ForeignKey(Campaign, on_delete=models.PROTECT, related_name="reconciliations",
         verbose_name=_("campaign"))

@@ -1,7 +1,8 @@
-"""Verify a campaign's accounting (DESIGN.md): total stock == Redis remaining + claims - restocked, computed
-from one consistent cut of Redis, then PostgreSQL; reconciliation repairs from what it finds. A campaign split
-into buckets balances per bucket (its share == its remaining + its claims - its restocked), and the shares plus
-the stock in transit between buckets add up to the total (docs/design.md, "Buckets")."""
+"""Verify a campaign's accounting (docs/design.md, The accounting identity): total stock == Redis remaining
++ claims - restocked, computed from one consistent cut of Redis, then PostgreSQL; reconciliation repairs from
+what it finds. A campaign split into buckets balances per bucket (its share == its remaining + its claims - its
+restocked), and the shares plus the stock in transit between buckets add up to the total (docs/design.md,
+"Buckets")."""
 from __future__ import annotations
 
 from collections import Counter
@@ -21,7 +22,7 @@ from .models import Claim, ClaimStatus, ParkedLedgerEntry, ParkedState
 
 @dataclass
 class Balance:
-    """DESIGN.md's accounting: total == remaining + claims (persisted and in the ledger) - restocked.
+    """docs/design.md's accounting identity: total == remaining + claims (persisted and in the ledger) - restocked.
 
     `restocked` counts the claims Redis gave back (cancel.lua's set), read in the same cut as the stock.
     Per-user counts in Redis are checked against the claims too (claims given back excluded).

@@ -23,6 +23,8 @@ README_LIMIT = 12 * 1024  # bytes: what couponrush is, the two commands, the map
 DOCS = ROOT / "docs"
 CONFIGURATION = (DOCS / "configuration.md").read_text()
 API = (DOCS / "api.md").read_text()
+# The public contract the project was given, which docs/api.md (the contract the code cites) must agree with;
+# the checks that read it skip when it is not beside the project.
 CONTRACT = ROOT.parent / "shared" / "CONTRACT.md"
 LINKED_FROM = [README_PATH, *sorted(DOCS.glob("*.md")), *sorted((DOCS / "decisions").glob("*.md")),
                ROOT / "bench" / "README.md"]

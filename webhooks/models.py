@@ -13,7 +13,7 @@ from django.utils.translation import gettext_lazy as _
 
 
 class EventType(models.TextChoices):
-    """The contract's webhook event types (CONTRACT.md, Webhooks)."""
+    """The contract's webhook event types (docs/api.md, Webhooks)."""
 
     COUPON_ISSUED = "coupon.issued", "coupon.issued"
     COUPON_RESERVED = "coupon.reserved", "coupon.reserved"

@@ -1,4 +1,4 @@
-"""Write events to the outbox, in the caller's transaction: the one way events go out (DESIGN.md, Events out).
+"""Write events to the outbox, in the caller's transaction: the one way events go out (docs/design.md, Events out).
 
 An event is written only when at least one active endpoint subscribes to its type, and with it one delivery per
 such endpoint, in one statement (the endpoints are joined in SQL: no cache to go stale, and an event no endpoint

@@ -202,7 +202,7 @@ CACHES = {
     }
 }
 
-# Shopper tokens (CONTRACT.md): HMAC-SHA256 over "<user id>.<expires>".
+# Shopper tokens (docs/api.md, Shoppers): HMAC-SHA256 over "<user id>.<expires>".
 COUPONS_TOKEN_SECRET = env("COUPONS_TOKEN_SECRET", DEV_TOKEN_SECRET)
 COUPONS_TOKEN_MAX_TTL = env_int("COUPONS_TOKEN_MAX_TTL", 3600)
 # The demo storefront's dev-only token endpoint (POST /dev/demo-shopper, config/storefront.py): unset follows

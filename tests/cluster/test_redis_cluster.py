@@ -1,4 +1,4 @@
-"""DESIGN.md's hash tags proved on a real Redis Cluster: claims, drain, cancel, reconciliation and rebuild on
+"""docs/design.md's hash tags proved on a real Redis Cluster: claims, drain, cancel, reconciliation and rebuild on
 campaigns whose slots live on different masters; no CROSSSLOT error, and every balance exact."""
 from __future__ import annotations
 

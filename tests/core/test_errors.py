@@ -39,7 +39,7 @@ def test_a_protocol_error_uses_the_contracts_slug_for_its_status(registry) -> No
 
 
 def test_every_error_a_client_may_retry_says_when(registry) -> None:
-    """429, 503 and the Idempotency-Key in flight carry Retry-After (CONTRACT.md, Responses)."""
+    """429, 503 and the Idempotency-Key in flight carry Retry-After (docs/api.md, Answers)."""
     silent = [name for name, error in registry.items()
               if (error.http_status in (429, 503) or error.status == "idempotency_in_flight")
               and error.retry_after is None]

@@ -33,7 +33,7 @@ def restart_after(stack: Stack, window: Window, stop_redis: str) -> None:
 
 def test_redis_killed_with_sigkill_restarts_from_its_aof_and_loses_no_claim(fault_stack) -> None:
     campaign = fault_stack.boot(stock=450)
-    # Zero loss across a kill is what Redis promises with `appendfsync always` (DESIGN.md): with everysec, while
+    # Zero loss across a kill is what Redis promises with `appendfsync always`: with everysec, while
     # the previous second's fsync still runs (a busy disk), Redis holds up to 2 s of AOF data in memory and
     # still answers, so a kill then may lose answered claims (seen once in CI; docs/deployment.md, "Redis durability").
     # Under `always` the AOF holds every answered claim, and this checks that couponrush loses none of them.

@@ -35,8 +35,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common  # noqa: E402
-import suite  # noqa: E402
 from common import BENCH_VAR, CLAIM_LUA, LOG_DIR, RESULTS_DIR, log  # noqa: E402
+from phases.loadgen import build_loadgen, run_loadgen, run_summary  # noqa: E402
 
 
 def start_server(name: str, checkout: Path, port: int, env: dict[str, str], workers: int) -> subprocess.Popen[bytes]:
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     fixed_rates = [int(r) for r in args.fixed_rates.split(",") if r.strip()]
     if args.only == "fixed" and not fixed_rates:
         parser.error("--only fixed needs --fixed-rates")
-    loadgen = suite.build_loadgen() if fixed_rates else None
+    loadgen = build_loadgen() if fixed_rates else None
     common.set_name("ab")
     sides = {"old": args.old.resolve(), "new": args.new.resolve()}
     stores = common.start_stores()
@@ -140,12 +140,12 @@ def main(argv: list[str] | None = None) -> int:
                 offset = 0
                 for rate in fixed_rates:  # the same token file, later shoppers: every claim a fresh shopper
                     assert loadgen is not None
-                    run = suite.run_loadgen(loadgen, f"ab {name} fixed {rate} r{i + 1}", port=ports[name],
-                                            path=f"/api/v1/campaigns/{selling}/claim", rate=rate,
-                                            duration=args.duration, connections=args.connections, tokens=tokens,
-                                            offset=offset, repeat=0.15)
+                    run = run_loadgen(loadgen, f"ab {name} fixed {rate} r{i + 1}", port=ports[name],
+                                      path=f"/api/v1/campaigns/{selling}/claim", rate=rate,
+                                      duration=args.duration, connections=args.connections, tokens=tokens,
+                                      offset=offset, repeat=0.15)
                     offset += run["sent"] + args.connections
-                    row[name][f"fixed_{rate}"] = suite.run_summary(run)
+                    row[name][f"fixed_{rate}"] = run_summary(run)
             row["ratio_selling"] = round(row["new"]["selling"] / row["old"]["selling"], 3)
             row["ratio_sold_out"] = round(row["new"]["sold_out"] / row["old"]["sold_out"], 3)
             for load in ("selling", "sold_out"):

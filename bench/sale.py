@@ -234,9 +234,8 @@ class Sale(ApiBench):
         https = urlsplit(self.urls[True])
         self.front = (https.hostname or "127.0.0.1", https.port or 443)
         self.start_seed_go(force)
-        from suite import build_loadgen
+        from phases.loadgen import build_loadgen
 
-        common.set_name("sale")  # importing the suite named the log lines after it
         self.loadgen = build_loadgen()
         self.report["setup"] = {
             "web_command": self.web_cmd, "worker_command": common.worker_argv(), "campaign": self.campaign,
@@ -509,7 +508,7 @@ class Sale(ApiBench):
     def claim_alone(self, rate: float, duration: float) -> dict[str, Any]:
         """The claim alone at `rate`, bench/loadgen from the intended send: couponrush's web server directly (no
         nginx: loadgen speaks plain HTTP) and the seed's Go service, the same fresh-shopper load."""
-        from suite import run_loadgen, run_summary
+        from phases.loadgen import run_loadgen, run_summary
 
         n = int(rate * duration) + 100
         tokens = common.write_tokens(BENCH_VAR / "sale-claims.txt", 2 * n, self.secret, prefix=f"c{self.tag}")

@@ -46,7 +46,8 @@ if str(BASE_DIR) not in sys.path:
 
 import common  # noqa: E402 - bench/ is on sys.path when this runs as a script
 from common import BackendCPU, BenchError, log, redact  # noqa: E402
-from expiry_sweep import _admin_connect, vmrss_kib, with_db  # noqa: E402
+from expiry_setup import _admin_connect, with_db  # noqa: E402
+from expiry_sweep import vmrss_kib  # noqa: E402
 
 RESULTS_DIR = BASE_DIR / "bench" / "results"
 SETTINGS_MODULE = "config.settings.dev"  # with DJANGO_DEBUG=false

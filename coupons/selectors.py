@@ -7,7 +7,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from campaigns.models import Campaign
-from core.db import prepared_cursor
+from core.db import ModelRows, prepared_cursor
 
 from .models import Coupon, CouponStatus
 
@@ -28,13 +28,13 @@ def coupons_of_user(*, user_id: str, status: str | None = None) -> QuerySet[Coup
     return coupons.order_by("-created_at", "-id")
 
 
-_COUPON_FIELDS = [f.attname for f in Coupon._meta.concrete_fields]
-_CAMPAIGN_FIELDS = [f.attname for f in Campaign._meta.concrete_fields]
+_COUPONS = ModelRows(Coupon)
+_CAMPAIGNS = ModelRows(Campaign)
 # coupons_of_user's page, with its count and whether any of the shopper's coupons is due (coupons_due's rule), in
 # one prepared statement (core.db): Django's query compiler cost a GET /me/coupons more than PostgreSQL did.
 _PAGE_SQL = f"""
-SELECT {", ".join(f"c.{f.column}" for f in Coupon._meta.concrete_fields)},
-       {", ".join(f"k.{f.column}" for f in Campaign._meta.concrete_fields)},
+SELECT {_COUPONS.columns("c")},
+       {_CAMPAIGNS.columns("k")},
        count(*) OVER (),
        EXISTS (SELECT 1 FROM {Coupon._meta.db_table} d WHERE d.user_id = %(user)s::varchar
                AND ((d.status = '{CouponStatus.HELD}' AND d.hold_until <= %(now)s::timestamptz)
@@ -67,10 +67,10 @@ class UserCoupons:
             cursor.execute(_PAGE_SQL, params)
             rows = cursor.fetchall()
         coupons = []
-        width = len(_COUPON_FIELDS)
+        width = _COUPONS.width
         for row in rows:
-            coupon = Coupon.from_db("default", _COUPON_FIELDS, row[:width])
-            coupon.campaign = Campaign.from_db("default", _CAMPAIGN_FIELDS, row[width:-2])
+            coupon = _COUPONS.build(row[:width])  # as the ORM builds it: each field's converter applied
+            coupon.campaign = _CAMPAIGNS.build(row[width:-2])
             coupons.append(coupon)
             self.total, self.due = row[-2], row[-1]
         return coupons

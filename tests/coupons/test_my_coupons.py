@@ -70,3 +70,18 @@ def test_a_filter_that_shows_nothing_still_settles_what_is_due(client, five_coup
     Coupon.objects.filter(pk=newest.pk).update(valid_from=timezone.now() - timedelta(days=1),
                                                           expires_at=timezone.now() - timedelta(seconds=5))
     assert [c["code"] for c in page(client, status="expired")["results"]] == [newest.code]
+
+
+def test_a_pages_coupons_are_built_as_the_orm_builds_them(five_coupons) -> None:
+    """Each field through its converter (JSON parsed, not its text): the page's objects equal the ORM's."""
+    from coupons.selectors import UserCoupons
+
+    Coupon.objects.filter(code=five_coupons[0]).update(shares=[{"sku": "TEA-1", "discount": "5.00"}])
+    page = UserCoupons(user_id="alice", status=None)[0:5]
+    orm = {c.pk: c for c in Coupon.objects.filter(user_id="alice").select_related("campaign")}
+    for coupon in page:
+        mine = orm[coupon.pk]
+        assert [getattr(coupon, f.attname) for f in Coupon._meta.concrete_fields] == [
+            getattr(mine, f.attname) for f in Coupon._meta.concrete_fields]
+        assert coupon.campaign.discount_value == mine.campaign.discount_value
+    assert page[0].shares == [{"sku": "TEA-1", "discount": "5.00"}]

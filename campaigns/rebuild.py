@@ -15,11 +15,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from django.conf import settings
-from django.db import connection
 from django.utils import timezone
 
 from core.errors import Unavailable
-from core.locks import AdvisoryLock
+from core.locks import AdvisoryLock, session_lock
 
 from . import redis_state
 from .models import Campaign, CampaignEvent, CampaignEventType
@@ -31,15 +30,8 @@ log = logging.getLogger(__name__)
 @contextlib.contextmanager
 def campaign_repair_lock(campaign_id: int) -> Iterator[bool]:
     """Hold the campaign's repair lock (a session advisory lock, re-entrant) if free; yield whether taken."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [AdvisoryLock.CAMPAIGN_REPAIR, campaign_id])
-        taken = bool(cursor.fetchone()[0])
-    try:
+    with session_lock(AdvisoryLock.CAMPAIGN_REPAIR, campaign_id) as taken:
         yield taken
-    finally:
-        if taken:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [AdvisoryLock.CAMPAIGN_REPAIR, campaign_id])
 
 
 class RepairBusy(Unavailable):

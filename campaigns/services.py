@@ -9,7 +9,7 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import F
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
@@ -18,7 +18,7 @@ from django.utils.translation import gettext
 
 from core.db import ModelRows, prepared_cursor
 from core.errors import Unavailable
-from core.locks import AdvisoryLock
+from core.locks import AdvisoryLock, xact_lock
 
 from . import redis_state
 from .errors import CampaignDraft, CampaignOver, CampaignStateLost, InvalidCampaign
@@ -107,8 +107,7 @@ def _check_shared_code(campaign: Campaign) -> None:
     if not campaign.code:
         return
     campaign.code = campaign.code.upper()
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [AdvisoryLock.SHARED_CODE, campaign.code])
+    xact_lock(AdvisoryLock.SHARED_CODE, campaign.code)
     conflict = campaign.shared_code_conflict()
     if conflict:
         raise InvalidCampaign({"code": [conflict]})

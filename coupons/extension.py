@@ -21,7 +21,7 @@ from django.utils.translation import gettext
 from campaigns.claim_settled import claims_changed
 from campaigns.models import Campaign, CampaignEvent, CampaignEventType
 from core.errors import ApplicationError
-from core.locks import AdvisoryLock
+from core.locks import AdvisoryLock, xact_lock
 
 from .models import Coupon, CouponEvent, CouponEventType, CouponStatus
 
@@ -165,8 +165,7 @@ def validity_extension_apply(*, extension: CampaignEvent, batch_size: int = BATC
     while True:
         with transaction.atomic(), connection.cursor() as cursor:
             # Serializes the batches of one extension (see _BATCH_SQL).
-            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)",
-                           [AdvisoryLock.VALIDITY_EXTENSION, extension.pk & 0x7FFFFFFF])
+            xact_lock(AdvisoryLock.VALIDITY_EXTENSION, extension.pk & 0x7FFFFFFF)
             cursor.execute(_BATCH_SQL, {**params, "after": after})
             last_id, count, claim_ids = cursor.fetchone()  # type: ignore[misc]
             claims_changed(claim_ids or [])  # their claims' settled records showed the old expiry: before the commit

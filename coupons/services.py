@@ -26,7 +26,7 @@ from campaigns.models import Audience, Campaign, CampaignKind, CampaignState, sh
 from campaigns.services import campaign_preheat, live_campaign_of_code
 from core.db import prepared_cursor
 from core.errors import ApplicationError, NotFound, Unavailable
-from core.locks import AdvisoryLock
+from core.locks import AdvisoryLock, lock_call, xact_lock
 from core.together import Together
 from webhooks.outbox import delivery_trigger
 
@@ -221,9 +221,7 @@ def _order_lock_key(user_id: str, order_id: str) -> str:
 
 def _lock_order(user_id: str, order_id: str) -> None:
     """Serialize the uses of one order's coupons (until the transaction ends)."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))",
-                       [AdvisoryLock.ORDER_COUPONS, _order_lock_key(user_id, order_id)])
+    xact_lock(AdvisoryLock.ORDER_COUPONS, _order_lock_key(user_id, order_id))
 
 
 def _stored_pricing(coupon: Coupon, cart: pricing.Cart) -> pricing.CouponPricing:
@@ -289,8 +287,7 @@ def _use_checked(coupon: Coupon, order: Order, user_id: str, now: datetime, othe
     if campaign.audience == Audience.NEW:
         # "Never redeemed here" is a fact about all the shopper's coupons: serialize the shopper's uses of
         # new-shopper coupons (until this transaction ends), so two at once can't both count as the first.
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [AdvisoryLock.NEW_SHOPPER_USE, user_id])
+        xact_lock(AdvisoryLock.NEW_SHOPPER_USE, user_id)
         if Coupon.objects.filter(user_id=user_id, status__in=[CouponStatus.REDEEMED, CouponStatus.HELD]).exclude(
             pk=coupon.pk
         ).exists():
@@ -605,8 +602,7 @@ def take_member(coupon: Coupon) -> str:
 
 
 def _lock(key: str) -> None:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [AdvisoryLock.CODE_USE, key])
+    xact_lock(AdvisoryLock.CODE_USE, key)
 
 
 def _shared_use(campaign: Campaign, user_id: str, order_id: str, decide: Decide, *, new_use: Order | None,
@@ -677,8 +673,9 @@ _COUPON, _EVENT = Coupon._meta.db_table, CouponEvent._meta.db_table
 
 # A batch of first uses (_write_first_uses), its three statements. The locks of each use, in _shared_use's order
 # (the use's, then the order's), without waiting: a use whose locks another request holds is decided alone.
-_FIRST_USES_LOCKS = """SELECT i.n FROM jsonb_to_recordset(%s::jsonb) AS i (n int, use text, ord text)
-WHERE pg_try_advisory_xact_lock(%s, hashtext(i.use)) AND pg_try_advisory_xact_lock(%s, hashtext(i.ord))"""
+_FIRST_USES_LOCKS = f"""SELECT i.n FROM jsonb_to_recordset(%s::jsonb) AS i (n int, use text, ord text)
+WHERE {lock_call(AdvisoryLock.CODE_USE, "i.use", wait=False)}
+  AND {lock_call(AdvisoryLock.ORDER_COUPONS, "i.ord", wait=False)}"""
 
 # Read after the locks (a statement of its own: its snapshot follows them): the uses this path may write, those
 # whose shopper owns no coupon of that code (path (a) decides), whose order holds or used no other coupon (its
@@ -823,8 +820,7 @@ def _write_first_uses(uses: Sequence[_FirstUse]) -> list[UseOutcome | None]:
         with transaction.atomic():
             with prepared_cursor() as cursor:
                 cursor.execute(_FIRST_USES_LOCKS, [json.dumps([
-                    {"n": n, "use": uses[n].lock, "ord": uses[n].order_lock} for n in alone]),
-                    AdvisoryLock.CODE_USE, AdvisoryLock.ORDER_COUPONS])
+                    {"n": n, "use": uses[n].lock, "ord": uses[n].order_lock} for n in alone])])
                 locked = [row[0] for row in cursor.fetchall()]
                 if not locked:
                     return outcomes

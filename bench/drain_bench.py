@@ -82,7 +82,7 @@ def fill_ledger(campaign_id: int, claims: int, pipeline: int) -> dict[str, Any]:
         for user in users:
             call = claim_call(campaign_id=campaign_id, user_id=user, idempotency_key=None, client_ip=None,
                               now_ms=now_ms)
-            script(keys=call.keys, args=call.args, client=pipe)
+            script.registered(keys=call.keys, args=call.args, client=pipe)
         for user, raw in zip(users, pipe.execute(), strict=True):
             code = claim_reply(raw)[0]
             codes[code] = codes.get(code, 0) + 1

@@ -7,8 +7,9 @@ Django, whose view (orders.apis.ClaimDetailApi) runs the same decisions with the
 PostgreSQL. `?wait=S` (docs/api.md, "The reads around a sale") waits up to S seconds while the claim is pending,
 woken by the drain's PUBLISH when it settles it (orders/claim_waiters.py), never by polling.
 
-Every body comes from claim_body(), which the drain also uses for the answers it stores: both paths answer the same
-bytes.
+Every body comes from claim_body(): the coupon as CouponOutputSerializer shows it, from its row (Django's path) or
+from the drain's record and the campaign's coupon template, the serializer's own output for what every issued
+coupon of the campaign shows alike (coupon_template, written by the drain): both paths answer the same bytes.
 """
 from __future__ import annotations
 
@@ -24,11 +25,24 @@ import orjson
 import redis
 from django.db.models import Model
 
-from campaigns.claim_settled import ASK_POSTGRES, STATUS_SCRIPT, keep_ms, parse_claim_id, read_record, record_keys
+from campaigns.claim_settled import (
+    ASK_POSTGRES,
+    STATUS_SCRIPT,
+    Issued,
+    Read,
+    keep_ms,
+    parse_claim_id,
+    parse_record,
+    read_of,
+    read_record,
+    record_keys,
+)
+from campaigns.models import Campaign
 from campaigns.redis_state import async_client
 from core.errors import BadRequest, NotFound, StoreUnavailable, Unavailable, unavailable_of
 from core.http import authenticated_user
 from coupons.apis import CouponOutputSerializer
+from coupons.models import Coupon, CouponStatus
 from coupons.selectors import coupon_for_claim
 from coupons.services import is_code_use_id
 
@@ -86,19 +100,60 @@ _TIME = _COUPON.fields["valid_from"]
 
 
 def claim_body(*, claim_id: str, campaign_id: int, status: str, claimed_at: datetime,
-               coupon: Model | None) -> bytes:
+               coupon: Model | dict[str, Any] | None) -> bytes:
     """The JSON body of GET /claims/{id}: ClaimOutputSerializer's fields (the schema), the coupon's as
-    CouponOutputSerializer shows it (its campaign loaded)."""
+    CouponOutputSerializer shows it (a coupon with its campaign loaded, or that representation already)."""
     return orjson.dumps({
         "code": 0, "status": str(status), "claim_id": claim_id, "campaign_id": campaign_id,
         "claimed_at": _TIME.to_representation(claimed_at),
-        "coupon": None if coupon is None else _COUPON.to_representation(coupon),
+        "coupon": coupon if coupon is None or isinstance(coupon, dict) else _COUPON.to_representation(coupon),
     })
+
+
+# The fields of an issued coupon's representation that differ from one claim to the next: a record's (claim_id
+# is the request's); the others are the template's.
+_PER_CLAIM = ("code", "claim_id", "valid_from", "expires_at")
+
+
+def coupon_template(campaign: Campaign) -> bytes:
+    """What every coupon the drain issues for `campaign` shows alike (active, no order, the campaign's rule): the
+    serializer's representation of such a coupon, the per-claim fields null."""
+    moment = datetime(2000, 1, 1, tzinfo=UTC)
+    shown = _COUPON.to_representation(Coupon(campaign=campaign, status=CouponStatus.ACTIVE, code="", claim_id="",
+                                             valid_from=moment, expires_at=moment))
+    return orjson.dumps({**shown, **dict.fromkeys(_PER_CLAIM)})
+
+
+_templates: dict[bytes, dict[str, Any]] = {}
+_times_shown: dict[str, tuple[str, str]] = {}  # a record's times as the serializer shows them
+
+
+def issued_body(request: StatusRequest, issued: Issued, template: bytes) -> bytes:
+    """The answer of a claim issued with its coupon unchanged, from its record and the campaign's template."""
+    common = _templates.get(template)
+    if common is None:
+        if len(_templates) >= 256:
+            _templates.clear()
+        common = _templates[template] = orjson.loads(template)
+    shown = _times_shown.get(issued.times)
+    if shown is None:  # claims of one millisecond, or of a campaign's fixed validity, share them
+        if len(_times_shown) >= 4096:
+            _times_shown.clear()
+        shown = _times_shown[issued.times] = (_TIME.to_representation(issued.valid_from),
+                                              _TIME.to_representation(issued.expires_at))
+    coupon = {**common, "code": issued.code, "claim_id": request.claim_id, "valid_from": shown[0],
+              "expires_at": shown[1]}
+    return claim_body(claim_id=request.claim_id, campaign_id=request.campaign_id, status=ClaimStatus.ISSUED,
+                      claimed_at=_claimed_at(request), coupon=coupon)
+
+
+def _claimed_at(request: StatusRequest) -> datetime:
+    return datetime.fromtimestamp(request.claimed_ms / 1000, tz=UTC)
 
 
 def pending_body(request: StatusRequest) -> bytes:
     return claim_body(claim_id=request.claim_id, campaign_id=request.campaign_id, status=ClaimStatus.PENDING,
-                      claimed_at=datetime.fromtimestamp(request.claimed_ms / 1000, tz=UTC), coupon=None)
+                      claimed_at=_claimed_at(request), coupon=None)
 
 
 # --- what Redis decides ----------------------------------------------------------------------------------------
@@ -111,21 +166,21 @@ PENDING = Undecided("pending")
 POSTGRES = Undecided("postgres")
 
 
-def decided(request: StatusRequest, record: bytes | None, entry_user: str | None, now_ms: int
-            ) -> bytes | Undecided:
+def decided(request: StatusRequest, read: Read, now_ms: int) -> bytes | Undecided:
     """What Redis knows of the claim: its answer's body (raise NotFound: someone else's), PENDING, or POSTGRES.
 
     Exact because the drain writes the record in the MULTI that acknowledges the entry, right after its commit
     (orders/settle.py), and a coupon's first change marks it "?" before it commits (claims_changed)."""
+    record, entry_user = read.record, read.entry_user
     if record is not None:
         if record == ASK_POSTGRES.encode():
             return POSTGRES
-        user, stale_after, body = record.split(b"\n", 2)
-        if user.decode() != request.user_id:
+        issued = parse_record(record)
+        if issued.user_id != request.user_id:
             raise NotFound()
-        if stale_after != b"0" and now_ms >= int(stale_after):
-            return POSTGRES  # the coupon may have expired since: the sweep's change says nothing here
-        return body
+        if now_ms >= issued.stale_after_ms or read.template is None:
+            return POSTGRES  # the coupon may have expired since (the sweep's change says nothing here); no template
+        return issued_body(request, issued, read.template)
     if entry_user is not None:
         if entry_user != request.user_id:
             raise NotFound()
@@ -157,16 +212,16 @@ def claim_status(request: StatusRequest) -> bytes:
     try:
         while True:
             try:
-                record, entry_user = read_record(request.campaign_id, request.ref)
+                read = read_record(request.campaign_id, request.ref)
             except StoreUnavailable:
                 try:
                     answer = postgres_answer(request, None)
                 except NotFound:
                     raise Unavailable() from None  # Redis may hold it pending: we can't tell
             else:
-                answer = decided(request, record, entry_user, _now_ms())
+                answer = decided(request, read, _now_ms())
                 if answer is POSTGRES:
-                    answer = postgres_answer(request, entry_user)
+                    answer = postgres_answer(request, read.entry_user)
             if isinstance(answer, bytes):
                 return answer
             left = deadline - time.monotonic()
@@ -194,8 +249,7 @@ async def claim_status_async(request: StatusRequest) -> bytes:
     waiter = WAITERS.loop_waiter(request.claim_id) if request.wait > 0 else None
     try:
         while True:
-            record, entry_user = await _read_async(request)
-            answer = decided(request, record, entry_user, _now_ms())
+            answer = decided(request, await _read_async(request), _now_ms())
             if answer is POSTGRES:
                 raise HandOn()
             if isinstance(answer, bytes):
@@ -212,20 +266,20 @@ async def claim_status_async(request: StatusRequest) -> bytes:
 _STATUS_SHA = hashlib.sha1(STATUS_SCRIPT.encode()).hexdigest()
 
 
-async def _read_async(request: StatusRequest) -> tuple[bytes | None, str | None]:
+async def _read_async(request: StatusRequest) -> Read:
     """read_record() through the loop's pipelined client (one EVALSHA). Raise HandOn when Redis fails."""
-    settled, ledger, entry_id = record_keys(request.campaign_id, request.ref)
+    keys = record_keys(request.campaign_id, request.ref)
     try:
         client = async_client()
         try:
-            record, user = await client.execute("EVALSHA", _STATUS_SHA, 2, settled, ledger, entry_id)
+            reply = await client.execute("EVALSHA", _STATUS_SHA, 3, *keys)
         except redis.ResponseError as exc:
             if not str(exc).startswith("NOSCRIPT"):
                 raise
-            record, user = await client.execute("EVAL", STATUS_SCRIPT, 2, settled, ledger, entry_id)
+            reply = await client.execute("EVAL", STATUS_SCRIPT, 3, *keys)
     except Exception as exc:
         if unavailable_of(exc) is None:
             raise
         raise HandOn() from exc  # Django's view reads again and asks PostgreSQL: its answer, or the 503
-    return record or None, (user.decode() if isinstance(user, bytes) else user) or None
+    return read_of(reply)
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.db import DataError, IntegrityError, connection, transaction
 
+from campaigns.claim_settled import times_of
 from campaigns.events_out import campaign_sold_out_check
 from campaigns.models import Campaign
 from core.tracing import span
@@ -28,7 +29,7 @@ from coupons.models import Coupon, CouponEvent, CouponEventType, CouponStatus
 
 from . import ledger, metrics
 from .models import Claim, ClaimStatus, ParkedLedgerEntry
-from .settle import settle
+from .settle import NewCoupons, settle
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,8 @@ ISSUED_OUT = bulk_ctes("issued_out", event="issued", source="new_coupons n", ali
 # few dozen), and the claims in ledger order, [[claim id, user id, position of its moments from 1, key digest,
 # code], ...]; the moments are parsed once into arrays that each claim indexes. psycopg's per-element
 # adaptation of six arrays cost more than PostgreSQL's whole insert of the claim; three ISO times per claim
-# doubled the JSON's encoding in Python and parsed three timestamptz per claim in PostgreSQL.
+# doubled the JSON's encoding in Python and parsed three timestamptz per claim in PostgreSQL. It returns the ids of
+# the claims it created (their events' claim_id): their settled records need nothing read back (orders/settle.py).
 _PERSIST_SQL = f"""
 WITH moments AS (
     SELECT array_agg((m->>0)::timestamptz ORDER BY i) AS claimed_at,
@@ -87,16 +89,20 @@ WITH moments AS (
 INSERT INTO {CouponEvent._meta.db_table} (coupon_id, campaign_id, type, data, source, created_at)
 SELECT id, %s, %s, jsonb_build_object('claim_id', claim_id, 'user_id', user_id), 'drain', clock_timestamp()
 FROM new_coupons
+RETURNING data->>'claim_id'
 """
 
 
-def persist_entries(campaign: Campaign, entries: list[ledger.LedgerEntry]) -> int:
-    """Insert claims, coupons and 'issued' events for ledger entries; return how many were new."""
+def persist_entries(campaign: Campaign, entries: list[ledger.LedgerEntry], created: NewCoupons | None = None
+                    ) -> int:
+    """Insert claims, coupons and 'issued' events for ledger entries; return how many were new. `created`, when
+    given, gets each new claim's coupon (code, valid from, expires at) by claim id."""
     if not entries:
         return 0
     # Claims of the same millisecond share their times: at storm rates a few dozen per computation.
     index_of_ms: dict[str, int] = {}
     moments: list[tuple[str, str, str]] = []
+    times: list[str] = []  # each moment's as a settled record writes them
     rows: list[list[str | int]] = []
     for e in entries:
         ms = e.entry_id.partition("-")[0]
@@ -106,6 +112,7 @@ def persist_entries(campaign: Campaign, entries: list[ledger.LedgerEntry]) -> in
             valid_from, expires_at = campaign.coupon_validity(claimed_at)
             i = index_of_ms[ms] = len(moments) + 1  # a PostgreSQL array's first position
             moments.append((claimed_at.isoformat(), valid_from.isoformat(), expires_at.isoformat()))
+            times.append(times_of(valid_from, expires_at))
         rows.append([e.claim_id, e.user_id, i, e.key_digest, ""])
     moments_json = json.dumps(moments, separators=(",", ":"))
     for attempt in range(3):
@@ -127,7 +134,13 @@ def persist_entries(campaign: Campaign, entries: list[ledger.LedgerEntry]) -> in
                         CouponEventType.ISSUED,
                     ],
                 )
-                return cursor.rowcount
+                new = cursor.fetchall()
+            if created is not None and new:
+                by_id = {row[0]: row for row in rows}
+                for (claim_id,) in new:
+                    row = by_id[claim_id]
+                    created[claim_id] = (str(row[4]), times[int(row[2]) - 1])
+            return len(new)
         except IntegrityError:
             if attempt == 2:
                 raise
@@ -141,38 +154,39 @@ def persist_entries(campaign: Campaign, entries: list[ledger.LedgerEntry]) -> in
 UNPERSISTABLE = (DataError,)
 
 
-def persist_or_park(campaign: Campaign, entries: list[ledger.LedgerEntry]) -> tuple[int, int]:
+def persist_or_park(campaign: Campaign, entries: list[ledger.LedgerEntry], created: NewCoupons | None = None
+                    ) -> tuple[int, int]:
     """persist_entries(), except that an entry which can never be persisted does not hold back the others: it
     is parked (ParkedLedgerEntry: its raw fields and the error, once however often it is delivered) and the
     rest is persisted. Return (claims persisted, entries parked now). The caller acknowledges them all."""
     bad = [(e, problem) for e in entries if (problem := ledger.entry_problem(e)) is not None]
     good = [e for e in entries if ledger.entry_problem(e) is None] if bad else entries
     try:
-        persisted = persist_entries(campaign, good)
+        persisted = persist_entries(campaign, good, created)
         failed: list[tuple[ledger.LedgerEntry, str]] = []
     except UNPERSISTABLE:
-        persisted, failed = _persist_isolating(campaign, good)
+        persisted, failed = _persist_isolating(campaign, good, created)
         if len(failed) == len(good) > 1:
             raise  # every one alone fails too: the campaign's, not an entry's, problem; nothing parked
     return persisted, _park(campaign, bad + failed)
 
 
-def _persist_isolating(campaign: Campaign, entries: list[ledger.LedgerEntry]
+def _persist_isolating(campaign: Campaign, entries: list[ledger.LedgerEntry], created: NewCoupons | None = None
                        ) -> tuple[int, list[tuple[ledger.LedgerEntry, str]]]:
     """Persist entries of a batch that failed on an entry's data: halve it until the failing entries are alone
     (each attempt its own transaction or savepoint); return (persisted, [(entry, error)])."""
     if len(entries) == 1:
         try:
-            return persist_entries(campaign, entries), []
+            return persist_entries(campaign, entries, created), []
         except UNPERSISTABLE as exc:
             return 0, [(entries[0], f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:500]}")]
     half = len(entries) // 2
     parts: list[tuple[int, list[tuple[ledger.LedgerEntry, str]]]] = []
     for part in (entries[:half], entries[half:]):
         try:
-            parts.append((persist_entries(campaign, part), []))
+            parts.append((persist_entries(campaign, part, created), []))
         except UNPERSISTABLE:
-            parts.append(_persist_isolating(campaign, part))
+            parts.append(_persist_isolating(campaign, part, created))
     return parts[0][0] + parts[1][0], parts[0][1] + parts[1][1]
 
 
@@ -269,8 +283,9 @@ def _drain_batch(campaign: Campaign, entries: list[ledger.LedgerEntry], report: 
     """Persist a batch, then acknowledge it; count it in the report and the metrics."""
     label = str(campaign.pk)
     with span("couponrush.drain.batch", campaign_id=campaign.pk, claim_ids=[e.claim_id for e in entries]):
-        persisted, parked = persist_or_park(campaign, entries)
-        settle(campaign, entries)  # acknowledged with their settled records, in one MULTI; then published
+        created: NewCoupons = {}
+        persisted, parked = persist_or_park(campaign, entries, created)
+        settle(campaign, entries, created)  # acknowledged with their settled records, in one MULTI; then published
     report.persisted += persisted
     report.parked += parked
     report.read += len(entries)

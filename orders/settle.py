@@ -1,12 +1,14 @@
 """Settle claims in Redis once PostgreSQL holds them: acknowledge their ledger entries and write their settled
-records (campaigns/claim_settled.py) in one MULTI, then PUBLISH their ids so that long polls wake.
+records (campaigns/claim_settled.py) in one step (campaigns/lua/claims_settle.lua), then PUBLISH their ids so
+that long polls wake.
 
-Called right after the drain's commit (orders/drain.py) with the batch just persisted, or persisted before (a
-redelivery after a settle that failed: persisting again is a no-op, the records are still written), so it reads
-the batch's claims and coupons back in one statement. A claim issued with its coupon unchanged gets the answer
-GET /claims/{id} gives (claim_status.claim_body: the same bytes as the view's); one cancelled, or whose coupon
-changed already, "?" (PostgreSQL answers it); an entry without a claim (parked: it can never be persisted) no
-record, as before (the entry itself says pending).
+Called right after the drain's commit (orders/drain.py) with the batch just persisted: the claims its statement
+created are known (their codes and times are the drain's own, the statement's RETURNING names them); the others (a
+redelivery after a settle that failed: persisting again is a no-op, the records are still written; another
+drain's) are read back in one statement. A claim issued with its coupon unchanged gets its coupon's code and times
+(the answer is rendered from them and the campaign's coupon template, written in the same MULTI: claim_status.
+issued_body); one cancelled, or whose coupon changed already, "?" (PostgreSQL answers it); an entry without a
+claim (parked: it can never be persisted) no record, as before (the entry itself says pending).
 """
 from __future__ import annotations
 
@@ -14,25 +16,42 @@ import logging
 
 import redis
 
-from campaigns.claim_settled import ASK_POSTGRES, CHANNEL, answer_record, keep_ms, record_keys
+from campaigns.claim_settled import ASK_POSTGRES, CHANNEL, answer_record, settle_records, times_of
 from campaigns.models import Campaign
-from campaigns.redis_state import DRAIN_GROUP, StoreUnavailable, campaign_keys, redis_client, to_ms
+from campaigns.redis_state import DRAIN_GROUP, StoreUnavailable, redis_client
 from coupons.models import Coupon, CouponStatus
 
 from . import ledger
-from .claim_status import claim_body
+from .claim_status import coupon_template
 from .models import Claim, ClaimStatus
 
 log = logging.getLogger(__name__)
 
 
-def settled_records(campaign: Campaign, entries: list[ledger.LedgerEntry]) -> dict[str, bytes]:
-    """Each entry's settled record by its ledger entry id (entries without a claim left out), from PostgreSQL."""
-    claim_ids = [e.claim_id for e in entries]
+# A new claim's coupon as the drain's statement created it: (code, its times as the record writes them:
+# claim_settled.times_of), by claim id.
+NewCoupons = dict[str, tuple[str, str]]
+
+
+def settled_records(campaign: Campaign, entries: list[ledger.LedgerEntry], created: NewCoupons | None = None
+                    ) -> dict[str, bytes]:
+    """Each entry's settled record by its ledger entry id (entries without a claim left out): the claims the
+    drain's statement just created from `created`, the others from PostgreSQL."""
+    created = created or {}
+    records: dict[str, bytes] = {}
+    others: list[ledger.LedgerEntry] = []
+    for entry in entries:
+        new = created.get(entry.claim_id)
+        if new is None:
+            others.append(entry)
+        else:
+            records[entry.entry_id] = answer_record(entry.user_id, *new)
+    if not others:
+        return records
+    claim_ids = [e.claim_id for e in others]
     claims = dict(Claim.objects.filter(claim_id__in=claim_ids).values_list("claim_id", "status"))
     coupons = {c.claim_id: c for c in Coupon.objects.filter(claim_id__in=claim_ids)}
-    records: dict[str, bytes] = {}
-    for entry in entries:
+    for entry in others:
         status = claims.get(entry.claim_id)
         if status is None:
             continue  # parked: no claim, no record
@@ -41,33 +60,23 @@ def settled_records(campaign: Campaign, entries: list[ledger.LedgerEntry]) -> di
                 or coupon.status != CouponStatus.ACTIVE:
             records[entry.entry_id] = ASK_POSTGRES.encode()
             continue
-        coupon.campaign = campaign
-        body = claim_body(claim_id=entry.claim_id, campaign_id=campaign.pk, status=status,
-                          claimed_at=entry.claimed_at, coupon=coupon)
-        records[entry.entry_id] = answer_record(entry.user_id, to_ms(coupon.expires_at), body)
+        records[entry.entry_id] = answer_record(entry.user_id, coupon.code,
+                                                times_of(coupon.valid_from, coupon.expires_at))
     return records
 
 
-def settle(campaign: Campaign, entries: list[ledger.LedgerEntry]) -> None:
-    """Acknowledge a batch persisted in PostgreSQL (entries of one bucket) and write its settled records in one
-    MULTI, then PUBLISH the claims' ids. A failure before the MULTI leaves the entries unacknowledged (redelivered,
-    settled then); a lost PUBLISH only lets its long polls run to their end. Raise StoreUnavailable."""
+def settle(campaign: Campaign, entries: list[ledger.LedgerEntry], created: NewCoupons | None = None) -> None:
+    """Acknowledge a batch persisted in PostgreSQL (entries of one bucket), write its settled records and renew
+    the bucket's coupon template in one step (claims_settle.lua), then PUBLISH the claims' ids. `created`: the
+    coupons the batch's statement created (persist_entries). A failure before that step leaves the entries
+    unacknowledged (redelivered, settled then); a lost PUBLISH only lets its long polls run to their end. Raise
+    StoreUnavailable."""
     if not entries:
         return
-    records = settled_records(campaign, entries)
-    bucket = entries[0].bucket
-    keep = keep_ms()
+    records = settled_records(campaign, entries, created)
     try:
-        pipe = redis_client().pipeline(transaction=True)
-        pipe.xack(campaign_keys(campaign.pk, bucket).ledger, DRAIN_GROUP, *[e.entry_id for e in entries])
-        for entry in entries:
-            record = records.get(entry.entry_id)
-            if record is None:
-                continue
-            key = record_keys(campaign.pk, entry.ref)[0]
-            # An answer never replaces a "?": a coupon changed since the read above marked it first.
-            pipe.set(key, record, px=keep, nx=record != ASK_POSTGRES.encode())
-        pipe.execute()
+        settle_records(campaign.pk, entries[0].bucket, DRAIN_GROUP, coupon_template(campaign),
+                       [(e.entry_id, e.ref, records.get(e.entry_id)) for e in entries])
     except redis.RedisError as exc:
         raise StoreUnavailable(str(exc)) from exc
     publish([e.claim_id for e in entries if e.entry_id in records])

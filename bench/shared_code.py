@@ -67,8 +67,11 @@ def worker(spec: str) -> None:
 
     from django.db import connection, connections
 
+    from campaigns import redis_state
     from campaigns.models import Campaign
     from coupons import services
+    from coupons.outcomes import UseCode, refused
+    from coupons.services import first_uses, shared, takes, unique
 
     mode, campaign_id, index, threads, start_at = spec.split(":")
     campaign = Campaign.objects.get(pk=int(campaign_id))
@@ -78,16 +81,20 @@ def worker(spec: str) -> None:
                 cursor.execute(f"UPDATE {NAIVE_TABLE} SET uses_left = uses_left - 1 "  # noqa: S608 (constant)
                                "WHERE campaign_id = %s AND uses_left > 0", [campaign.pk])
                 if cursor.rowcount == 0:
-                    return services.refused(services.UseCode.SOLD_OUT)
+                    return refused(UseCode.SOLD_OUT)
             return None
 
         def takes_on_one_row(coupons: list[Any]) -> list[Any]:  # a batch of first uses: a conditional UPDATE each
-            take = services.redis_state.TakeCode
+            take = redis_state.TakeCode
             return [take.SOLD_OUT if take_on_one_row(coupon.campaign, coupon) else take.TAKEN for coupon in coupons]
 
-        services._take = take_on_one_row  # type: ignore[assignment]
-        services._run_takes = takes_on_one_row  # type: ignore[assignment]
-        services._give_back_after_failure = lambda taken: None  # the rollback gives the row's unit back
+        # Each in the modules of coupons.services that call it; the rollback gives the row's unit back.
+        patches = [(shared, "_take", take_on_one_row), (unique, "_take", take_on_one_row),
+                   (first_uses, "_run_takes", takes_on_one_row)]
+        patches += [(module, "_give_back_after_failure", lambda taken: None)
+                    for module in (shared, unique, first_uses, takes)]
+        for module, name, value in patches:
+            setattr(module, name, value)
 
     counts = {"redeemed": 0, "sold_out": 0, "other": 0, "errors": 0}
     lock = threading.Lock()

@@ -1,5 +1,5 @@
-"""A checkout's statements on coupons are the prepared ones (coupons.hot_reads, coupons.transitions), and what they
-read is what Django's ORM reads: the same model objects, field by field.
+"""A checkout's statements on coupons are the prepared ones (coupons.hot_reads, coupons.services.transitions), and
+what they read is what Django's ORM reads: the same model objects, field by field.
 
 Real PostgreSQL and Redis, requests through Django's test client.
 """

@@ -1,4 +1,4 @@
-"""A shared code's first use for an order (coupons.services._first_shared_use, issue 19's performance): the same
+"""A shared code's first use for an order (coupons.services.first_uses, issue 19's performance): the same
 coupon, events, webhooks and answers as the general path, in three statements, written together with the other
 first uses of the moment (exact limits, one use an order), and a stale cache of the code's
 campaign can't let a paused code through (Redis's take checks the pause atomically).
@@ -20,9 +20,8 @@ from campaigns.models import Campaign
 from campaigns.redis_state import campaign_keys, redis_client
 from core.errors import NotFound
 from core.locks import AdvisoryLock
-from coupons import services
 from coupons.models import Coupon, CouponEvent
-from coupons.services import Order, coupon_redeem, coupon_reserve
+from coupons.services import Order, coupon_redeem, coupon_reserve, first_uses, resolve
 from webhooks.models import OutboxEvent
 from webhooks.services import endpoint_add
 
@@ -60,7 +59,7 @@ def written(user_id: str) -> dict[str, Any]:
 
 
 def general_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(services, "_first_shared_use", lambda *args, **kwargs: None)
+    monkeypatch.setattr(resolve, "_first_shared_use", lambda *args, **kwargs: None)
 
 
 @pytest.mark.parametrize("use", ["redeem", "reserve"])
@@ -109,13 +108,13 @@ def test_a_first_use_is_three_statements(shared_code, subscribed) -> None:
 def batch_sizes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The sizes of the batches of first uses this process writes from now on (the real writer, counted)."""
     sizes: list[int] = []
-    write = services._FIRST_USES._run_batch
+    write = first_uses._FIRST_USES._run_batch
 
     def counted(uses: Any) -> Any:
         sizes.append(len(uses))
         return write(uses)
 
-    monkeypatch.setattr(services._FIRST_USES, "_run_batch", counted)
+    monkeypatch.setattr(first_uses._FIRST_USES, "_run_batch", counted)
     return sizes
 
 

@@ -19,11 +19,10 @@ from campaigns.models import Campaign
 from campaigns.redis_state import campaign_keys, redis_client, reset_redis_client
 from campaigns.services import campaign_pause, campaign_preheat, forget_live_codes
 from core.errors import NotFound, Unavailable
-from coupons import services
 from coupons.models import Coupon, CouponEvent, CouponStatus
 from coupons.outcomes import UseOutcome
 from coupons.replay import disagreements
-from coupons.services import Order, coupon_confirm, coupon_redeem, coupon_release, coupon_reserve
+from coupons.services import Order, coupon_confirm, coupon_redeem, coupon_release, coupon_reserve, first_uses, shared
 from orders.rebuild import campaign_rebuild
 from orders.verify import campaign_verify
 
@@ -202,7 +201,8 @@ def test_a_use_whose_coupon_could_not_be_written_is_given_back(shared_code, monk
     campaign = shared_code(total_stock=10)
     coupon_redeem(user_id="ann", code="SAVE50", order=order("o-1"))
     taken = Coupon.objects.get(campaign=campaign).code
-    monkeypatch.setattr(services, "new_codes", lambda n: [taken])
+    monkeypatch.setattr(first_uses, "new_codes", lambda n: [taken])  # the first use's coupon, and the general
+    monkeypatch.setattr(shared, "new_codes", lambda n: [taken])  # path's it then falls back on
 
     with pytest.raises(Exception, match="unique"):
         coupon_redeem(user_id="bob", code="SAVE50", order=order("o-2"))

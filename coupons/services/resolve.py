@@ -1,0 +1,88 @@
+"""Which coupon a typed code stands for, for a shopper and an order: the shopper's own, a shared code's use,
+or a unique code to bind; and whether a code is the shopper's own (no guess for the unknown-code guard)."""
+from __future__ import annotations
+
+from django.utils import timezone
+
+from campaigns.models import Campaign, CampaignKind, shared_code_form
+from campaigns.services import live_campaign_of_code
+from core.db import prepared_cursor
+from core.errors import NotFound
+
+from ..hot_reads import coupon_by_id, own_coupon_id
+from ..models import Coupon
+from ..outcomes import UseOutcome
+from ..unique_codes import unique_code_lookup
+from .first_uses import FirstUse, _first_shared_use
+from .order import Order
+from .shared import _shared_use
+from .transitions import Decide, _retrying
+from .typed import SHARED_USE, _use_digest, typed_code_form
+from .unique import _unique_use
+
+
+def _code_used(code: str, user_id: str, order_id: str, decide: Decide, *, new_use: Order | None = None,
+               first_use: FirstUse | None = None, absent: UseOutcome | None = None, source: str) -> UseOutcome:
+    """Decide on the coupon `code` (canonical, typed_code_form) stands for, for this shopper and order:
+    (a) the shopper's own coupon with that code (claimed, or a unique code the shopper holds);
+    (b) a shared code of a live codes campaign: the shopper's coupon for this order's use of it, created
+        (its use taken) by a reserve or redeem (`new_use`); `absent` answers a confirm or release without one;
+        a confirm or release also finds the order's use in a campaign paused or ended since (_campaign_of_use);
+    (c) a unique code nobody holds yet, of a live codes campaign: bound to this shopper by a reserve or redeem.
+    Anything else, another shopper's unique code and a code of a campaign not live, is NotFound.
+    A reserve or redeem of a live shared code tries _first_shared_use first (the order's first use of it)."""
+    canonical = typed_code_form(code)
+    if canonical is None:
+        raise NotFound("No such coupon.")
+    code = canonical
+    shared = shared_code_form(code)
+    if shared is not None and new_use is not None and first_use is not None:
+        campaign = live_campaign_of_code(shared, at=timezone.now())
+        if campaign is not None:
+            outcome = _first_shared_use(campaign, code, user_id, new_use, first_use, source=source)
+            if outcome is not None:
+                return outcome
+    own = own_coupon_id(code=code, user_id=user_id)
+    if own is not None:
+        return _retrying(lambda: coupon_by_id(own), decide)
+    now = timezone.now()
+    if shared is not None:
+        campaign = live_campaign_of_code(shared, at=now)
+        if campaign is None and new_use is None:
+            campaign = _campaign_of_use(shared, user_id, order_id)
+        if campaign is not None:
+            return _shared_use(campaign, user_id, order_id, decide, new_use=new_use, absent=absent, source=source)
+    unique = unique_code_lookup(code)
+    if unique is not None and new_use is not None:
+        return _unique_use(unique, user_id, decide, new_use=new_use, source=source)
+    raise NotFound("No such coupon.")
+
+
+def _campaign_of_use(shared: str, user_id: str, order_id: str) -> Campaign | None:
+    """The codes campaign, no longer live (paused or ended since), in which this shopper used the shared code
+    for this order: a confirm or release still finds that use (a checkout begun is finished; a new use of the
+    code is the 404 of a code not live). Of the campaigns that had the code, the newest with such a use."""
+    use = (Coupon.objects.select_related("campaign")
+           .filter(user_id=user_id, campaign__kind=CampaignKind.CODES, campaign__code=shared,
+                   claim_id__startswith=SHARED_USE, claim_id__contains=f":{_use_digest(user_id, order_id)}:")
+           .order_by("-campaign_id").first())
+    return use.campaign if use is not None else None
+
+
+# code_is_own's statement: prepared (core.db), as it runs before every use of a code (Django's query compiler
+# cost it 3x the round trip). The shopper's coupons only: the index coupon_user_status, then a filter.
+_OWN_CODE = f"""SELECT EXISTS (SELECT 1 FROM {Coupon._meta.db_table} c WHERE c.user_id = %s AND (c.code = %s
+    OR c.claim_id LIKE %s AND EXISTS (SELECT 1 FROM {Campaign._meta.db_table} k
+                                      WHERE k.id = c.campaign_id AND k.kind = %s AND k.code = %s)))"""
+
+
+def code_is_own(*, code: str, user_id: str, order_id: str) -> bool:
+    """Whether `code` (canonical) is the shopper's own for this order, as _code_used finds it without looking
+    anyone else's up: the shopper's coupon of that code (path a), or the shopper's use of that shared code for
+    this order, in any campaign that had it (path b's, as _campaign_of_use finds it). Such a code is no guess:
+    the unknown-code guard leaves it alone (coupons.guard)."""
+    use = f"{SHARED_USE}%:{_use_digest(user_id, order_id)}:%"  # code:<campaign>:<digest>:<n>
+    with prepared_cursor() as cursor:
+        cursor.execute(_OWN_CODE, [user_id, code, use, CampaignKind.CODES.value, shared_code_form(code)])
+        return bool(cursor.fetchone()[0])
+

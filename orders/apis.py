@@ -44,7 +44,7 @@ from coupons.services import is_code_use_id
 
 from . import ledger
 from .cancel import claim_cancel
-from .claim import ClaimOutcome, claim_create, claim_create_async, known_sold_out
+from .claim import ClaimOutcome, claim_in_redis, claim_in_redis_async, known_sold_out
 from .claim_status import WAIT_MAX_SECONDS, claim_status, status_request_of
 from .metrics import CLAIM_TALLY
 from .models import ClaimStatus
@@ -56,17 +56,11 @@ REPLAYED = {"Idempotent-Replayed": "true"}
 Answer3 = tuple[int, dict[str, Any], dict[str, str]]
 
 
-class ClaimRequest(NamedTuple):
+class ClaimRequest(NamedTuple):  # in claim_in_redis()'s order: claim_in_redis(*request)
     campaign_id: int
     user_id: str
     idempotency_key: str | None
     client_ip: str | None
-
-    @property
-    def arguments(self) -> dict[str, Any]:
-        """claim_create()'s keyword arguments."""
-        return {"campaign_id": self.campaign_id, "user_id": self.user_id,
-                "idempotency_key": self.idempotency_key, "client_ip": self.client_ip}
 
 
 def claim_answer(meta: Mapping[str, Any], campaign_id_text: str, read_body: Callable[[], bytes]) -> Answer3:
@@ -78,7 +72,7 @@ def claim_answer(meta: Mapping[str, Any], campaign_id_text: str, read_body: Call
         return request
     with _Claiming(request, started) as claiming:
         try:
-            return claiming.answered(claim_create(**request.arguments))
+            return claiming.answered(claim_in_redis(*request))
         except ApplicationError as exc:
             return claiming.refused(exc)
         except Exception as exc:
@@ -88,7 +82,7 @@ def claim_answer(meta: Mapping[str, Any], campaign_id_text: str, read_body: Call
 def claim_answer_now(meta: Mapping[str, Any], campaign_id_text: str, body: bytes
                      ) -> Answer3 | Coroutine[Any, Any, Answer3]:
     """claim_answer() on an event loop: the answer itself when it is decided without Redis (a refusal, a
-    campaign this process knows is sold out), else a coroutine that runs the script (claim_create_async)."""
+    campaign this process knows is sold out), else a coroutine that runs the script (claim_in_redis_async)."""
     started = time.perf_counter()
     request = claim_decided_or_request(meta, campaign_id_text, lambda: body, started)
     if not isinstance(request, ClaimRequest):
@@ -99,7 +93,7 @@ def claim_answer_now(meta: Mapping[str, Any], campaign_id_text: str, body: bytes
 async def _claim_on_loop(request: ClaimRequest, started: float) -> Answer3:
     with _Claiming(request, started) as claiming:
         try:
-            return claiming.answered(await claim_create_async(**request.arguments))
+            return claiming.answered(await claim_in_redis_async(*request))
         except ApplicationError as exc:
             return claiming.refused(exc)
         except Exception as exc:
@@ -109,7 +103,8 @@ async def _claim_on_loop(request: ClaimRequest, started: float) -> Answer3:
 def claim_decided_or_request(meta: Mapping[str, Any], campaign_id_text: str, read_body: Callable[[], bytes],
                              started: float) -> Answer3 | ClaimRequest:
     """The first half of every claim, whoever runs the script: the checked request, or the answer when it is
-    decided already (a refusal, or this process's sold-out flag: nothing to trace, nothing logs)."""
+    decided already (a refusal, or this process's sold-out flag: nothing to trace, nothing logs). The one place
+    a claim asks known_sold_out(): the second half (claim_in_redis, its async twin) goes to Redis."""
     try:
         request = claim_request_of(meta, campaign_id_text, read_body)
     except ApplicationError as exc:

@@ -112,16 +112,20 @@ def claim_create(
     known = known_sold_out(campaign_id, idempotency_key)
     if known is not None:
         return known
+    return claim_in_redis(campaign_id, user_id, idempotency_key, client_ip)
+
+
+def claim_in_redis(campaign_id: int, user_id: str, idempotency_key: str | None, client_ip: str | None
+                   ) -> ClaimOutcome:
+    """claim_create() past known_sold_out(), for a caller that asked it already (orders.apis: once a claim).
+    The script; of a campaign Redis does not know, the lookup (and load) and the script again."""
     try:
-        result: redis_state.ClaimResult | None = redis_state.run_claim(
-            campaign_id=campaign_id, user_id=user_id, idempotency_key=idempotency_key, client_ip=client_ip
-        )
-        if result is not None and result.code == ClaimCode.NO_STATE and _loaded_for_claim(campaign_id):
-            result = redis_state.run_claim(campaign_id=campaign_id, user_id=user_id,
-                                           idempotency_key=idempotency_key, client_ip=client_ip)
-            _loaded_or_lost(result)
-        elif result is not None and result.code == ClaimCode.NO_STATE:
-            result = None  # it has ended
+        result: redis_state.ClaimResult | None
+        result = first = redis_state.run_claim(
+            campaign_id=campaign_id, user_id=user_id, idempotency_key=idempotency_key, client_ip=client_ip)
+        if first.code == ClaimCode.NO_STATE:
+            result = redis_state.run_claim(campaign_id=campaign_id, user_id=user_id, idempotency_key=idempotency_key,
+                                           client_ip=client_ip) if _loaded_for_claim(campaign_id) else None
     except StoreUnavailable as exc:
         _unavailable(campaign_id, exc)
     return _claim_outcome(campaign_id, result)
@@ -145,16 +149,20 @@ async def claim_create_async(
     known = known_sold_out(campaign_id, idempotency_key)
     if known is not None:
         return known
+    return await claim_in_redis_async(campaign_id, user_id, idempotency_key, client_ip)
+
+
+async def claim_in_redis_async(campaign_id: int, user_id: str, idempotency_key: str | None, client_ip: str | None
+                               ) -> ClaimOutcome:
+    """claim_in_redis() on an event loop: the same steps, the same decisions (_claim_outcome)."""
     try:
-        result: redis_state.ClaimResult | None = await redis_state.run_claim_async(
-            campaign_id=campaign_id, user_id=user_id, idempotency_key=idempotency_key, client_ip=client_ip
-        )
-        if result is not None and result.code == ClaimCode.NO_STATE and await _loaded_in_time(campaign_id):
-            result = await redis_state.run_claim_async(campaign_id=campaign_id, user_id=user_id,
-                                                       idempotency_key=idempotency_key, client_ip=client_ip)
-            _loaded_or_lost(result)
-        elif result is not None and result.code == ClaimCode.NO_STATE:
-            result = None  # it has ended
+        result: redis_state.ClaimResult | None
+        result = first = await redis_state.run_claim_async(
+            campaign_id=campaign_id, user_id=user_id, idempotency_key=idempotency_key, client_ip=client_ip)
+        if first.code == ClaimCode.NO_STATE:
+            result = await redis_state.run_claim_async(
+                campaign_id=campaign_id, user_id=user_id, idempotency_key=idempotency_key, client_ip=client_ip
+            ) if await _loaded_in_time(campaign_id) else None
     except StoreUnavailable as exc:
         _unavailable(campaign_id, exc)
     return _claim_outcome(campaign_id, result)
@@ -212,9 +220,13 @@ _sold_out_outcomes: dict[int, ClaimOutcome] = {}  # one per campaign: a tuple, t
 
 
 def _claim_outcome(campaign_id: int, result: redis_state.ClaimResult | None) -> ClaimOutcome:
-    """Turn the script's result (None: the campaign has ended) into the outcome, or raise."""
+    """What the script's result means, for the thread and the event loop alike: the outcome, or raise. None: a
+    campaign Redis did not know has ended; NO_STATE here is the script's after the campaign was loaded (it went
+    again at once: CampaignStateLost)."""
     if result is None:
         return ClaimOutcome(ClaimCode.ENDED, CLAIM_STATUSES[ClaimCode.ENDED], campaign_id, None)
+    if result.code == ClaimCode.NO_STATE:
+        raise CampaignStateLost()
     if result.code == ClaimCode.RATE_LIMITED:
         raise ClaimsRateLimited()
     if result.code == ClaimCode.TOO_LATE:
@@ -260,12 +272,6 @@ def _loaded_for_claim(campaign_id: int) -> bool:
     campaign_preheat(campaign=Campaign.objects.get(pk=campaign_id))
     _facts.pop(campaign_id, None)
     return True
-
-
-def _loaded_or_lost(result: redis_state.ClaimResult | None) -> None:
-    """Raise CampaignStateLost when the claim after a load still found no state (it went again at once)."""
-    if result is not None and result.code == ClaimCode.NO_STATE:
-        raise CampaignStateLost()
 
 
 DRAIN_TASK = "orders.tasks.drain_campaign"

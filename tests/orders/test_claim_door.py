@@ -19,7 +19,7 @@ from orders.metrics import CLAIM_TALLY
 from orders.sold_out import sold_out_until
 from webserver.interface import Request, Response
 
-from ..conftest import run_coroutine
+from ..conftest import run_coroutine, shopper_headers
 from .claim_cases import CASES, call, campaign_id_of, codes_campaign_for
 
 pytestmark = pytest.mark.django_db
@@ -221,3 +221,25 @@ def test_the_claims_checks_read_no_header_the_door_leaves_out(settings, body) ->
 
     assert meta.read - {*CLAIM_ENVIRON_KEYS.values(), "REMOTE_ADDR"} == set()
     assert {"HTTP_X_USER_ID", "HTTP_X_TOKEN", "HTTP_IDEMPOTENCY_KEY", "CONTENT_LENGTH"} <= meta.read
+
+
+def test_each_claim_asks_this_processs_sold_out_flag_once_on_either_door(door, live_campaign, monkeypatch) -> None:
+    """The flag is asked where a claim is decided without Redis (orders.apis), not again before the script."""
+    import orders.apis
+    import orders.claim
+
+    asked: list[int] = []
+
+    def counting(campaign_id: int, key: str | None) -> Any:
+        asked.append(campaign_id)
+        return known_sold_out(campaign_id, key)
+
+    monkeypatch.setattr(orders.apis, "known_sold_out", counting)
+    monkeypatch.setattr(orders.claim, "known_sold_out", counting)
+    campaign = live_campaign(total_stock=5)
+    assert decoded(claim(door, campaign.pk, plain("ann"))[1])[2]["status"] == "claimed"
+    assert asked == [campaign.pk]
+    view = call(django_application, f"/api/v1/campaigns/{campaign.pk}/claim", headers=shopper_headers("bob"),
+                body=b"{}")
+    assert view[2]["status"] == "claimed"
+    assert asked == [campaign.pk, campaign.pk]

@@ -34,7 +34,7 @@ import yaml
 from core.auth import mint_token
 
 from ..conftest import ROOT, free_port, in_one_second, process_env, stop_group, wait_for
-from ..webserver.test_server import Server
+from ..webserver.harness import Server
 
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 TEMPLATE = ROOT / "deploy" / "nginx" / "templates" / "nginx.conf.template"

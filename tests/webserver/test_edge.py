@@ -20,9 +20,10 @@ from typing import Any
 import pytest
 
 from campaigns.redis_state import campaign_keys, redis_client
+from webserver.options import HEADER_LIMIT
 
 from ..conftest import wait_for
-from .test_server import HEADER_LIMIT, Client, Server, assert_error, request, shopper
+from .harness import Client, Server, assert_error, request, shopper
 
 
 class EchoServer(Server):

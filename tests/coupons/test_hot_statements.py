@@ -16,7 +16,7 @@ from coupons import hot_reads
 from coupons.models import Coupon, CouponStatus
 
 from .helpers import assert_rows_agree_with_events, events_of, issued_coupon
-from .test_use_api import ORDER, answer, use
+from .use_helpers import ORDER, answer, use
 
 # Django's ORM quotes its table names; the prepared statements name them bare.
 ORM_TABLES = ('"coupons_coupon"', '"campaigns_campaign"')

@@ -6,29 +6,29 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from core.errors import Code
+from core.errors import SLUGS, Code
 
 UseCode = Code  # a coupon use answers with the business codes of the one registry (core/errors.py)
 
 
-REFUSALS = {
-    UseCode.LIMIT_REACHED: ("limit_reached", "You have used this code as many times as a shopper may."),
-    UseCode.SOLD_OUT: ("sold_out", "This code has been used as many times as it may be."),
-    UseCode.EXPIRED: ("expired", "The coupon is past its validity."),
-    UseCode.ALREADY_REDEEMED: ("already_redeemed", "The coupon was used by another order."),
-    UseCode.MIN_SPEND_NOT_MET: ("min_spend_not_met", "The order amount is under the coupon's minimum spend."),
-    UseCode.NOT_YET_VALID: ("not_yet_valid", "The coupon's validity starts later."),
-    UseCode.REVOKED: ("revoked", "The coupon was cancelled or revoked."),
-    UseCode.NOT_ELIGIBLE: ("not_eligible", "The coupon is for new shoppers only."),
-    UseCode.ON_HOLD: ("on_hold", "The coupon is held for another order awaiting payment."),
-    UseCode.HOLD_LAPSED: ("hold_lapsed", "This order's hold lapsed before it was confirmed; reserve again."),
-    UseCode.NOT_HELD: ("not_held", "The coupon is not held for this order; reserve it first."),
-    UseCode.NOT_COMBINABLE: ("not_combinable", "The order already holds or used a coupon this one may not be "
-                                               "combined with."),
-    UseCode.NOT_APPLICABLE: ("not_applicable", "No line of the order is in the coupon's scope."),
-    UseCode.MIN_QUANTITY_NOT_MET: ("min_quantity_not_met", "The order has fewer items in the coupon's scope than it "
-                                                           "requires."),
+# Each refusal's detail; its slug is the registry's (core.errors.SLUGS), looked up once here.
+_DETAILS = {
+    UseCode.LIMIT_REACHED: "You have used this code as many times as a shopper may.",
+    UseCode.SOLD_OUT: "This code has been used as many times as it may be.",
+    UseCode.EXPIRED: "The coupon is past its validity.",
+    UseCode.ALREADY_REDEEMED: "The coupon was used by another order.",
+    UseCode.MIN_SPEND_NOT_MET: "The order amount is under the coupon's minimum spend.",
+    UseCode.NOT_YET_VALID: "The coupon's validity starts later.",
+    UseCode.REVOKED: "The coupon was cancelled or revoked.",
+    UseCode.NOT_ELIGIBLE: "The coupon is for new shoppers only.",
+    UseCode.ON_HOLD: "The coupon is held for another order awaiting payment.",
+    UseCode.HOLD_LAPSED: "This order's hold lapsed before it was confirmed; reserve again.",
+    UseCode.NOT_HELD: "The coupon is not held for this order; reserve it first.",
+    UseCode.NOT_COMBINABLE: "The order already holds or used a coupon this one may not be combined with.",
+    UseCode.NOT_APPLICABLE: "No line of the order is in the coupon's scope.",
+    UseCode.MIN_QUANTITY_NOT_MET: "The order has fewer items in the coupon's scope than it requires.",
 }
+REFUSALS = {code: (SLUGS[code], detail) for code, detail in _DETAILS.items()}
 
 
 @dataclass(frozen=True)

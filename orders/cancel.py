@@ -9,7 +9,7 @@ from campaigns.claim_settled import claims_changed
 from campaigns.errors import CampaignStateLost
 from campaigns.models import Campaign
 from campaigns.redis_state import ClaimCode, StoreUnavailable
-from core.errors import NotFound, Unavailable
+from core.errors import SLUGS, NotFound, Unavailable
 from coupons.models import Coupon, CouponStatus
 from coupons.outcomes import UseCode, UseOutcome, done, refused
 from coupons.services import coupon_revoke
@@ -59,7 +59,7 @@ def claim_cancel(*, user_id: str, claim_id: str) -> UseOutcome:
     if campaign is None:
         raise NotFound("No such claim.")
     over = timezone.now() >= campaign.ends_at
-    ended = UseOutcome(int(ClaimCode.ENDED), "ended", "The campaign has ended; stock can't be returned.")
+    ended = UseOutcome(int(ClaimCode.ENDED), SLUGS[ClaimCode.ENDED], "The campaign has ended; stock can't be returned.")
     with transaction.atomic():
         claim = Claim.objects.select_for_update().filter(claim_id=claim_id).first()
         if claim is None:

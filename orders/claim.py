@@ -26,7 +26,7 @@ from campaigns.models import Campaign, CampaignKind
 from campaigns.redis_state import ClaimCode, ClaimOutcomeUnknown, StoreUnavailable, VoidNotConfirmed
 from campaigns.services import campaign_preheat
 from core.background import InBackground
-from core.errors import NotFound, RateLimited, Unavailable
+from core.errors import SLUGS, NotFound, RateLimited, Unavailable
 
 from . import ledger
 from .cancel import claim_cancel
@@ -34,14 +34,8 @@ from .sold_out import SOLD_OUT_FOR_SECONDS, sold_out_until
 
 log = logging.getLogger(__name__)
 
-CLAIM_STATUSES = {
-    ClaimCode.CLAIMED: "claimed",
-    ClaimCode.LIMIT_REACHED: "limit_reached",
-    ClaimCode.SOLD_OUT: "sold_out",
-    ClaimCode.NOT_STARTED: "not_started",
-    ClaimCode.ENDED: "ended",
-    ClaimCode.PAUSED: "paused",
-}
+# The slug of each answer of the claim script, the registry's (core.errors), looked up once here, not a claim.
+CLAIM_STATUSES = {code: SLUGS[code] if code else "claimed" for code in ClaimCode if code >= 0}
 
 
 class ClaimOutcome(NamedTuple):  # a tuple: built on every claim, 4x cheaper than a frozen dataclass

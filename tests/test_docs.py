@@ -182,6 +182,16 @@ def test_every_business_code_the_service_answers_with_is_the_contracts() -> None
     assert [code for code in Code if code != Code.DONE and code.name.lower() not in slugs] == []
 
 
+def test_the_registry_of_business_codes_is_the_contracts_table() -> None:
+    """core.errors.BUSINESS_CODES holds every (code, slug) of the contract's table and nothing else; docs/api.md's
+    table is the registry's (it names only the codes answered)."""
+    from core.errors import BUSINESS_CODES
+
+    registry = sorted((code, slug) for slug, code in BUSINESS_CODES.items())
+    assert registry == sorted(contract_codes())
+    assert [pair for pair in documented_codes() if pair not in registry] == []
+
+
 def test_every_business_code_the_service_answers_with_has_an_example_in_the_schema(schema) -> None:
     shown = {(body.get("code"), body.get("status")) for body in examples(schema)}
     codes = answered_codes()

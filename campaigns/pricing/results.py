@@ -7,14 +7,17 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from core.errors import SLUGS, Code
+
 from ..money import money_text
 from .rules import Candidate
 
 OK = "ok"
-NOT_COMBINABLE = "not_combinable"  # code 19
-NOT_APPLICABLE = "not_applicable"  # code 20
-MIN_QUANTITY_NOT_MET = "min_quantity_not_met"  # code 21
-MIN_SPEND_NOT_MET = "min_spend_not_met"  # code 12
+# The refusals' slugs, the registry's (core.errors): a use answers each with its code (coupons.services.order).
+NOT_COMBINABLE = SLUGS[Code.NOT_COMBINABLE]
+NOT_APPLICABLE = SLUGS[Code.NOT_APPLICABLE]
+MIN_QUANTITY_NOT_MET = SLUGS[Code.MIN_QUANTITY_NOT_MET]
+MIN_SPEND_NOT_MET = SLUGS[Code.MIN_SPEND_NOT_MET]
 
 
 @dataclass(frozen=True)

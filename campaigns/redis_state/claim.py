@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 
 import redis
 
-from core.errors import StoreUnavailable
+from core.errors import Code, StoreUnavailable
 from core.hot import hot, unique_hex
 
 from ..redis_async import AsyncRedis, NotAcknowledged, NotSent
@@ -31,12 +31,15 @@ from .recovery import (
 
 
 class ClaimCode(enum.IntEnum):
-    CLAIMED = 0
-    LIMIT_REACHED = 1
-    SOLD_OUT = 2
-    NOT_STARTED = 3
-    ENDED = 4
-    PAUSED = 5
+    """claim.lua's answers: the registry's business codes (core.errors, the script's numbers checked against it by
+    tests/core/test_errors.py) and the script's own, negative, never answered as they are."""
+
+    CLAIMED = int(Code.DONE)
+    LIMIT_REACHED = int(Code.LIMIT_REACHED)
+    SOLD_OUT = int(Code.SOLD_OUT)
+    NOT_STARTED = int(Code.NOT_STARTED)
+    ENDED = int(Code.ENDED)
+    PAUSED = int(Code.PAUSED)
     NO_STATE = -1
     RATE_LIMITED = -2
     TOO_LATE = -3

@@ -6,7 +6,7 @@ from typing import Any
 
 import redis
 
-from core.errors import StoreUnavailable
+from core.errors import Code, StoreUnavailable
 
 from .clients import redis_client
 from .keys import campaign_keys
@@ -15,14 +15,15 @@ from .state import RestockResult
 
 
 class TakeCode(enum.IntEnum):
-    """code_take.lua's answers."""
+    """code_take.lua's answers: the registry's business codes (core.errors, the script's numbers checked against it
+    by tests/core/test_errors.py) and the script's own (ALREADY, NO_STATE), never answered as they are."""
 
-    TAKEN = 0
-    LIMIT_REACHED = 1
-    SOLD_OUT = 2
-    NOT_STARTED = 3
-    ENDED = 4
-    PAUSED = 5
+    TAKEN = int(Code.DONE)
+    LIMIT_REACHED = int(Code.LIMIT_REACHED)
+    SOLD_OUT = int(Code.SOLD_OUT)
+    NOT_STARTED = int(Code.NOT_STARTED)
+    ENDED = int(Code.ENDED)
+    PAUSED = int(Code.PAUSED)
     ALREADY = 6  # this use held its unit already (a request that died before its coupon was written)
     NO_STATE = -1
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from campaigns import pricing
 from campaigns.models import Audience
-from core.errors import ApplicationError
+from core.errors import BUSINESS_CODES, ApplicationError
 from core.locks import AdvisoryLock, xact_lock
 
 from ..hot_reads import order_coupons
@@ -75,11 +75,9 @@ def _refusal_for_use(coupon: Coupon, order: Order, user_id: str, now: datetime) 
     return checked if isinstance(checked, UseOutcome) else None
 
 
-# campaigns.pricing's refusals as the business codes a use answers with.
-_PRICING_REFUSALS = {
-    pricing.NOT_COMBINABLE: UseCode.NOT_COMBINABLE, pricing.NOT_APPLICABLE: UseCode.NOT_APPLICABLE,
-    pricing.MIN_QUANTITY_NOT_MET: UseCode.MIN_QUANTITY_NOT_MET, pricing.MIN_SPEND_NOT_MET: UseCode.MIN_SPEND_NOT_MET,
-}
+# campaigns.pricing's refusals (slugs) as the business codes a use answers with: the registry's (core.errors).
+_PRICING_REFUSALS = {slug: UseCode(BUSINESS_CODES[slug]) for slug in (
+    pricing.NOT_COMBINABLE, pricing.NOT_APPLICABLE, pricing.MIN_QUANTITY_NOT_MET, pricing.MIN_SPEND_NOT_MET)}
 
 
 def _order_lock_key(user_id: str, order_id: str) -> str:

@@ -2,10 +2,13 @@
 rules hold for every class any app defines."""
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import django.apps
 import pytest
 
-from core.errors import PROTOCOL_SLUGS, ApplicationError, Code
+from core.errors import BUSINESS_CODES, PROTOCOL_SLUGS, SLUGS, ApplicationError, Code
 
 
 @pytest.fixture(scope="module")
@@ -53,3 +56,51 @@ def test_business_codes_are_never_renumbered() -> None:
         "already_redeemed": 11, "min_spend_not_met": 12, "not_yet_valid": 13, "revoked": 14, "not_eligible": 15,
         "on_hold": 16, "hold_lapsed": 17, "not_held": 18,
         "not_combinable": 19, "not_applicable": 20, "min_quantity_not_met": 21}
+
+
+def test_every_code_is_the_registrys_and_named_by_its_slug() -> None:
+    assert [code for code in Code if code and SLUGS[code] != code.name.lower()] == []
+    assert Code.DONE == BUSINESS_CODES["claimed"] == 0
+    assert {BUSINESS_CODES[slug] for slug in ("claimed", "reserved", "redeemed", "released", "cancelled")} == {0}
+
+
+def test_each_answer_of_a_script_and_of_pricing_is_the_registrys() -> None:
+    """The Lua scripts keep their numbers: each enum of their replies (and pricing's slugs, the claim's statuses,
+    the uses' refusals) agrees with the registry, and its script's own codes are none of the registry's."""
+    from campaigns import pricing
+    from campaigns.redis_state import ClaimCode, TakeCode
+    from coupons.outcomes import REFUSALS
+    from orders.claim import CLAIM_STATUSES
+
+    for enum_ in (ClaimCode, TakeCode):
+        shared = {member.name.lower(): int(member) for member in enum_ if int(member) in SLUGS}
+        assert shared == {SLUGS[code]: code for code in shared.values()}, enum_
+        own = [member for member in enum_ if member and int(member) not in SLUGS]
+        assert [member for member in own if int(member) in BUSINESS_CODES.values()] == [], enum_
+        assert enum_(0).name in ("CLAIMED", "TAKEN")
+    assert {slug: code for code, slug in CLAIM_STATUSES.items()} == {
+        slug: BUSINESS_CODES[slug] for slug in CLAIM_STATUSES.values()}
+    assert {code: slug for code, (slug, _) in REFUSALS.items()} == {code: SLUGS[code] for code in REFUSALS}
+    refusals = (pricing.NOT_COMBINABLE, pricing.NOT_APPLICABLE, pricing.MIN_QUANTITY_NOT_MET, pricing.MIN_SPEND_NOT_MET)
+    assert set(refusals) <= set(BUSINESS_CODES)
+
+
+LUA = Path(__file__).resolve().parents[2] / "campaigns" / "lua"
+
+
+def test_the_lua_scripts_numbers_are_the_registrys() -> None:
+    """The scripts' return codes are the enums' (so the registry's, above), and where a script's header names a
+    code's slug ("1 limit_reached"), it names the registry's."""
+    from campaigns.redis_state import ClaimCode, TakeCode
+
+    take = (LUA / "code_take.lua").read_text()
+    assert {int(n) for n in re.findall(r"^\s*return (-?\d+)\s*$", take, re.M)} == {int(code) for code in TakeCode}
+    claim = (LUA / "claim.lua").read_text()
+    answered = {int(n) for n in re.findall(r"return '(-?\d+):", claim)} | {
+        int(n) for line in claim.splitlines() if re.match(r"\s*(local )?(code|answer)\b", line)
+        for n in re.findall(r"'(-?\d+):?'", line)}
+    assert answered == {int(code) for code in ClaimCode}
+    for script in (take, claim):
+        header = script.split("--]]", 1)[0]
+        named = [(int(n), slug) for n, slug in re.findall(r"(-?\d+) ([a-z_]+)\b", header) if slug in BUSINESS_CODES]
+        assert len(named) >= 5 and [(n, slug) for n, slug in named if BUSINESS_CODES[slug] != n] == []

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from core.errors import SLUGS, Code
+from core.codes import SLUGS, Code
 
 from ..money import money_text
 from .rules import Candidate

@@ -212,6 +212,7 @@ class ClaimCall(NamedTuple):
     keys: list[str]
     args: list[str | int]
     idem_key: str  # where the answer is left: the Idempotency-Key's string, or the second's hash (own answers)
+    answer_field: str  # the answer's field in the second's hash ("" when it is the Idempotency-Key's own string)
     deadline_ms: int
     token: str  # this request's, stored with its answer (only this request may void its claim)
     campaign_id: int
@@ -224,11 +225,6 @@ class ClaimCall(NamedTuple):
                                       answer_key=self.idem_key, token=self.token, bucket=self.bucket)
         unknown.__cause__ = exc
         return unknown
-
-    @property
-    def answer_field(self) -> str:
-        """The answer's field in the second's hash ("" when it is the Idempotency-Key's own string)."""
-        return "" if len(self.keys) > 5 else own_answer_field(self.token)
 
 
 def own_answer_field(token: str) -> str:
@@ -252,9 +248,11 @@ def claim_call(
     call_keys = [keys.meta, keys.stock, keys.users, keys.ledger, second]
     if idempotency_key is None:
         idem_key, answer = second, own_answer_field(token)
+        answer_field = answer
     else:
         digest = key_digest(idempotency_key)
         idem_key, answer = keys.idempotency_of_digest(user_id, digest), token
+        answer_field = ""
         call_keys.append(idem_key)
     args: list[str | int] = [user_id, deadline_ms, answer, conf.shopper_per_second, f"u:{user_id}",
                              conf.ip_per_second if client_ip else 0, f"i:{client_ip}", OWN_ANSWER_KEEP_MS,
@@ -265,8 +263,8 @@ def claim_call(
         if idempotency_key is None:
             args += ["", 0, 0]
         args += [buckets, "1" if dry else "0"]
-    return ClaimCall(keys=call_keys, args=args, idem_key=idem_key, deadline_ms=deadline_ms, token=token,
-                     campaign_id=campaign_id, user_id=user_id, bucket=bucket)
+    return ClaimCall(keys=call_keys, args=args, idem_key=idem_key, answer_field=answer_field, deadline_ms=deadline_ms,
+                     token=token, campaign_id=campaign_id, user_id=user_id, bucket=bucket)
 
 
 _CODES = {code.value: code for code in ClaimCode}

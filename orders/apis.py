@@ -332,11 +332,6 @@ class ClaimDetailApi(APIView):
         checked = status_request_of(request.META, claim_id, request.GET.getlist("wait"))
         return HttpResponse(claim_status(checked), content_type="application/json")
 
-    def finalize_response(self, request: Request, response: HttpResponse, *args: Any, **kwargs: Any) -> Any:
-        response = super().finalize_response(request, response, *args, **kwargs)  # type: ignore[arg-type]
-        response["Cache-Control"] = "private, no-store"  # every answer, refusals too (docs/api.md)
-        return response
-
 
 class ClaimCancelApi(ShopperApi):
     """POST /api/v1/claims/{claim_id}/cancel: give an unused coupon back; the stock returns to the sale."""

@@ -51,7 +51,6 @@ from .models import Claim, ClaimStatus
 
 WAIT_MAX_SECONDS = 25
 WAIT_RE = re.compile(r"[0-9]{1,16}(?:\.[0-9]{1,16})?(?:[eE][+-]?[0-9]{1,3})?")  # a JSON number's form, not negative
-NO_STORE = {"Cache-Control": "private, no-store"}
 
 
 class StatusRequest(NamedTuple):

@@ -16,16 +16,16 @@ from core.errors import ApplicationError
 from core.http import error_body, host_allowed
 from core.logs import request_id_from, request_id_var
 from core.web import bad_host_response, headers_environ, server_host
-from webserver.interface import JSON_HEADERS, Application, Request, Response
+from webserver.interface import Application, Request, Response
 
 from .claim_status import HandOn, StatusRequest, claim_status_async, status_request_of, waits_in_query
+from .door import CLAIM_HEADERS
 
 log = logging.getLogger(__name__)
 STATUS_PATH = re.compile(r"/api/v1/claims/([^/]+)")
 # Every environ key the checks read (the Host; core.http.authenticated_user; the request id), by raw name.
 STATUS_ENVIRON_KEYS = {b"host": "HTTP_HOST", b"x-user-id": "HTTP_X_USER_ID", b"x-token": "HTTP_X_TOKEN",
                        b"x-request-id": "HTTP_X_REQUEST_ID"}
-NO_STORE = (b"cache-control", b"private, no-store")
 
 
 class ClaimStatusDoor:
@@ -74,7 +74,7 @@ class ClaimStatusDoor:
 
 
 def _headers(request_id: str, extra: dict[str, str] | None = None) -> list[tuple[bytes, bytes]]:
-    headers = [*JSON_HEADERS, NO_STORE, (b"x-request-id", request_id.encode())]
+    headers = [*CLAIM_HEADERS, (b"x-request-id", request_id.encode())]  # the claim's: private, no-store
     if extra:
         headers += [(name.lower().encode(), value.encode()) for name, value in extra.items()]
     return headers

@@ -81,6 +81,7 @@ MIDDLEWARE = [
     "core.api.HostCheckMiddleware",
     "core.api.DatabaseUnavailableMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # the API's end here (API_MIDDLEWARE: the six above); the console's, storefront's and service endpoints' go on
     "django.contrib.sessions.middleware.SessionMiddleware",
     "core.i18n.ConsoleLocaleMiddleware",  # the console's language; the API's answers stay English
     "django.middleware.common.CommonMiddleware",
@@ -94,14 +95,7 @@ MIDDLEWARE = [
 ROOT_URLCONF = "config.urls"
 # The middleware of the API's routes (/api/v1/, core/handlers.py): token-authenticated or public JSON needs none of
 # the console's (sessions, language, CSRF, auth user, messages, frame options), which cost half of a JSON 404.
-API_MIDDLEWARE = [
-    "core.http.ForwardedHeadersMiddleware",
-    "core.logs.RequestIdMiddleware",
-    "core.handlers.PrivateByDefaultMiddleware",  # API answers: Cache-Control private, no-store unless public
-    "core.api.HostCheckMiddleware",
-    "core.api.DatabaseUnavailableMiddleware",
-    "django.middleware.security.SecurityMiddleware",
-]
+API_MIDDLEWARE = MIDDLEWARE[:6]  # MIDDLEWARE lists the API's first: forwarded headers ... security headers
 WSGI_APPLICATION = "config.wsgi.application"
 ADMIN_URL = env("DJANGO_ADMIN_URL", "admin/")
 # An operator's session ends 12 h after the login, or after 30 minutes without a console page, whichever comes

@@ -34,6 +34,7 @@ class Audience(models.TextChoices):
 class CampaignKind(models.TextChoices):
     GRAB = "grab", _("Grab (shoppers claim coupons)")
     CODES = "codes", _("Codes typed at checkout")
+    GRANT = "grant", _("Granted by operators only")
 
 
 # A shared code as an operator types it (stored upper case): 4-32 of [A-Z0-9-] (docs/api.md, codes typed at checkout).
@@ -169,6 +170,18 @@ class Campaign(models.Model):
         help_text=_("The most all the coupons of an order holding this one may take off together (empty: no cap)."),
             verbose_name=_("order cap"))
 
+    # Operators' daily tools (issue 37; docs/api.md, Grants, budgets, groups).
+    budget = models.DecimalField(
+        max_digits=14, decimal_places=2, null=True, blank=True,
+        help_text=_("The most all the campaign's coupons or codes may take off together, in its currency (empty: "
+                    "no budget)."), verbose_name=_("budget"))
+    group = models.CharField(
+        max_length=64, blank=True, default="",
+        help_text=_("Campaigns of one group share a per-shopper limit (empty: no group)."), verbose_name=_("group"))
+    group_limit = models.PositiveIntegerField(
+        null=True, blank=True, help_text=_("Coupons one shopper may hold of all the group's campaigns together."),
+        verbose_name=_("group limit"))
+
     created_at = models.DateTimeField(auto_now_add=True, verbose_name=_("created at"))
     updated_at = models.DateTimeField(auto_now=True, verbose_name=_("updated at"))
 
@@ -198,6 +211,11 @@ class Campaign(models.Model):
                 condition=Q(code__isnull=True) | (Q(kind="codes") & Q(code__regex=rf"^{SHARED_CODE_PATTERN}$")),
                 name="campaign_shared_code_form",
             ),
+            models.CheckConstraint(condition=Q(budget__isnull=True) | Q(budget__gt=0), name="campaign_budget_positive"),
+            models.CheckConstraint(
+                condition=(Q(group="") & Q(group_limit__isnull=True))
+                | (~Q(group="") & Q(group__regex=rf"^{SCOPE_NAME_PATTERN}$") & Q(group_limit__gte=1)),
+                name="campaign_group_with_limit"),
             models.CheckConstraint(
                 condition=(Q(valid_until__isnull=True) & Q(valid_days__gte=1))
                 | (Q(valid_until__isnull=False) & Q(valid_days__isnull=True)),
@@ -243,6 +261,14 @@ class Campaign(models.Model):
             errors["ends_at"] = gettext("The campaign must end after it starts.")
         if self.buckets != 1 and self.kind != CampaignKind.GRAB:
             errors["buckets"] = gettext("Only a grab campaign's stock can be split into buckets.")
+        if self.budget is not None and self.budget <= 0:
+            errors["budget"] = gettext("A budget is more than 0.")
+        if self.group and not SCOPE_NAME_RE.fullmatch(self.group):
+            errors["group"] = gettext("A group's name is 1-64 of A-Z, a-z, 0-9 and _.:/-.")
+        elif bool(self.group) != (self.group_limit is not None):
+            errors["group_limit"] = gettext("A group needs its limit, and a limit its group.")
+        elif self.group_limit is not None and self.group_limit < 1:
+            errors["group_limit"] = gettext("A group's limit is at least 1.")
         if self.discount_value is not None and self.discount_value <= 0:
             errors["discount_value"] = gettext("A discount is more than 0.")
         elif self.discount_type == DiscountType.PERCENT and self.discount_value and self.discount_value > 100:

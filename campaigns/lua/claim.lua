@@ -34,6 +34,9 @@ ARGV[13] only for a campaign split into buckets (redis_state.bucket_of; ARGV[10]
          there, "", 0 and 0 without KEYS[6]): the bucket count the caller assumed; meta's "buckets" must say the same
 ARGV[14] "1": a shopper this bucket could serve but for its stock gets -5 "dry" (nothing changed, nothing
          counted or stored) instead of sold_out: the caller moves stock here from another bucket and asks again
+ARGV[15] "1": an operator's grant (grants/, always with KEYS[6]; ARGV[13] and ARGV[14] then always there): the
+         window's start and the rate limits do not apply, nothing is counted in KEYS[5]; without it, a campaign
+         only operators grant (meta's "grant" "1") answers -1, as a campaign Redis does not know
 
 Returns "<code>:<ledger_id>:<flags>" (one string: a table reply costs Redis ~1.3 us more; parsed by
 redis_state.claim_reply)
@@ -82,10 +85,11 @@ if idem then  -- a claim made without a key has a fresh token: its answer is nev
   end
 end
 
-local meta = call('HMGET', KEYS[1], 'starts_ms', 'ends_ms', 'paused', 'limit', 'rate', 'drain', 'buckets')
+local meta = call('HMGET', KEYS[1], 'starts_ms', 'ends_ms', 'paused', 'limit', 'rate', 'drain', 'buckets', 'grant')
 local stock = call('GET', KEYS[2])
 local starts, ends, limit = meta[1], meta[2], meta[4]
-if not starts or not ends or not limit or not stock then
+local grant = ARGV[15] == '1'
+if not starts or not ends or not limit or not stock or (meta[8] == '1' and not grant) then
   return '-1::0'
 end
 local buckets = meta[7] or '1'
@@ -93,7 +97,7 @@ if buckets ~= (ARGV[13] or '1') then
   return '-4:' .. buckets .. ':0'
 end
 starts, ends, limit, stock = starts + 0, ends + 0, limit + 0, stock + 0
-local open = now_ms >= starts and now_ms < ends and meta[3] ~= '1'
+local open = (grant or now_ms >= starts) and now_ms < ends and meta[3] ~= '1'
 local users, user = KEYS[3], ARGV[1]
 if ARGV[14] == '1' and stock < 1 and open and (call('HGET', users, user) or 0) + 0 < limit then
   return '-5::0'
@@ -104,11 +108,11 @@ end
 -- hash, which then gets its expiry); a replay above is never limited. As if each were counted in turn: one over
 -- its limit stops the count there (the campaign's, then the shopper's, then the IP's).
 local second = KEYS[5]
-local shopper, ip = ARGV[4] ~= '0', ARGV[6] ~= '0'
-local seen = call('HMGET', second, 'c', ARGV[5], ARGV[7])
+local shopper, ip = not grant and ARGV[4] ~= '0', not grant and ARGV[6] ~= '0'
+local seen = grant and {} or call('HMGET', second, 'c', ARGV[5], ARGV[7])
 local n, u, i = (seen[1] or 0) + 1, (seen[2] or 0) + 1, (seen[3] or 0) + 1
 local rate = (meta[5] or 0) + 0
-local over_c = rate > 0 and n > rate
+local over_c = not grant and rate > 0 and n > rate
 local over_u = not over_c and shopper and u > ARGV[4] + 0
 local limited = over_c or over_u or (ip and i > ARGV[6] + 0)
 
@@ -122,7 +126,7 @@ if limited then
 else
   local code, ledger_id = '0', ''
   if not open then
-    code = now_ms < starts and '3' or now_ms >= ends and '4' or '5'
+    code = now_ms < starts and not grant and '3' or now_ms >= ends and '4' or '5'
   elseif stock < 1 then
     code = (call('HGET', users, user) or 0) + 0 >= limit and '1' or '2'
   elseif call('HINCRBY', users, user, 1) > limit then
@@ -152,7 +156,9 @@ else
     field, value = ARGV[3], answer
   end
 end
-if with_u and with_i then
+if grant then  -- counted in no second: its answer is under its key
+  return answer .. ':' .. flags
+elseif with_u and with_i then
   call('HSET', second, 'c', n, ARGV[5], u, ARGV[7], i, field, value)
 elseif with_u then
   call('HSET', second, 'c', n, ARGV[5], u, field, value)

@@ -78,8 +78,9 @@ class CampaignQuerySet(models.QuerySet["Campaign"]):
         return self.filter(kind=CampaignKind.CODES, code=code, ends_at__gt=at)
 
     def visible(self, *, at: datetime) -> CampaignQuerySet:
-        """Return the published campaigns that are live or upcoming at `at`."""
-        return self.published().filter(ends_at__gt=at)
+        """Return the published campaigns that are live or upcoming at `at` (shoppers' campaigns: not a grant
+        campaign, which only operators give out)."""
+        return self.published().filter(ends_at__gt=at).exclude(kind=CampaignKind.GRANT)
 
     def with_redis_state(self, *, at: datetime, grace: timedelta) -> CampaignQuerySet:
         """Return the campaigns whose Redis keys may still exist (published, not past end + grace)."""

@@ -23,6 +23,8 @@ from core.locks import AdvisoryLock, xact_lock
 from . import redis_state
 from .errors import CampaignDraft, CampaignOver, CampaignStateLost, InvalidCampaign
 from .models import Audience, Campaign, CampaignEvent, CampaignEventType, CampaignKind, CampaignState, DiscountType
+from .money import to_minor
+from .redis_state.budget import budget_load
 
 
 def keys_expire_at(campaign: Campaign) -> datetime:
@@ -56,6 +58,7 @@ def campaign_create(
     combinable_with: list[int] | None = None,
     order_cap: Decimal | None = None,
     buckets: int = 1,
+    budget: Decimal | None = None,
     publish: bool = False,
 ) -> Campaign:
     """Create a campaign (validated like the admin form); with publish=True also publish and preheat it.
@@ -89,6 +92,7 @@ def campaign_create(
         combinable_with=combinable_with or [],
         order_cap=order_cap,
         buckets=buckets,
+        budget=budget,
     )
     try:
         campaign.full_clean()
@@ -225,6 +229,7 @@ def campaign_state_load(campaign: Campaign, *, initial_stock: int | None, last_l
         bucket=bucket,
         buckets=campaign.buckets,
         share=share,
+        grant_only=campaign.kind == CampaignKind.GRANT,
     )
 
 
@@ -242,6 +247,8 @@ def _preheat(campaign: Campaign) -> PreheatResult:
             if left is None:
                 raise CampaignStateLost()
             created, remaining = created or made, remaining + left
+        if first_load and campaign.budget is not None:  # no coupon used it yet; later loads: coupons/budget.py
+            budget_load(campaign.pk, to_minor(campaign.budget, campaign.currency), keys_expire_at(campaign))
     except redis_state.StoreUnavailable as exc:
         raise Unavailable() from exc
     if first_load:

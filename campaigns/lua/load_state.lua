@@ -18,6 +18,7 @@ ARGV[10] claims the campaign admits per second (its rate limit; of a campaign sp
 ARGV[11] the campaign's bucket count (redis_state.bucket_of), kept in meta's "buckets"
 ARGV[12] with ARGV[7]: this bucket's share of the stock (meta's "share", moved with the stock between buckets;
          verify_campaign's per-bucket balance), "" for ARGV[7] itself
+ARGV[13] "1": a campaign only operators grant (kind grant), kept in meta's "grant" (claim.lua: shoppers see no state)
 
 Returns {stock_created (0/1), stock (or -1 when missing)}
 --]]
@@ -38,7 +39,7 @@ local function id_less(a, b)
 end
 
 redis.call('HSET', KEYS[1], 'starts_ms', ARGV[1], 'ends_ms', ARGV[2], 'paused', ARGV[3],
-           'limit', ARGV[4], 'total', ARGV[5], 'rate', ARGV[10], 'buckets', ARGV[11])
+           'limit', ARGV[4], 'total', ARGV[5], 'rate', ARGV[10], 'buckets', ARGV[11], 'grant', ARGV[13] or '0')
 redis.call('HSETNX', KEYS[3], '', '0')
 redis.call('SADD', KEYS[5], '')
 

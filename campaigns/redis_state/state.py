@@ -47,6 +47,7 @@ def load_state(
     bucket: int = 0,
     buckets: int = 1,
     share: int | None = None,
+    grant_only: bool = False,
 ) -> tuple[bool, int | None]:
     """Write a campaign's settings (and its stock, if missing and given) and move every key's expiry. A codes
     campaign's (codes=True) stock is its shared code's uses. Of a campaign split into `buckets`, one `bucket`'s:
@@ -71,6 +72,7 @@ def load_state(
                 rate_limit,
                 buckets,
                 "" if share is None else share,
+                "1" if grant_only else "0",
             ],
         )
     except redis.RedisError as exc:

@@ -69,9 +69,11 @@ def _campaign_facts(campaign_id: int) -> _CampaignFacts:
     # The claim's fast path skips Django's request cycle, which would retire broken or stale connections.
     if not connection.in_atomic_block:
         close_old_connections()
-    # A codes campaign can't be claimed (its codes are typed at checkout): the same 404 as an unknown campaign.
-    # Redis holds no stock for it (its shared code's uses are another key), so the script sends it here.
-    row = (Campaign.objects.published().filter(pk=campaign_id).exclude(kind=CampaignKind.CODES)
+    # A codes campaign can't be claimed (its codes are typed at checkout), nor a grant campaign (only operators
+    # give it out, grants/): the same 404 as an unknown campaign. Redis holds no stock for the first (its shared
+    # code's uses are another key), and claim.lua answers the second's shoppers as a campaign it does not know.
+    row = (Campaign.objects.published().filter(pk=campaign_id)
+           .exclude(kind__in=[CampaignKind.CODES, CampaignKind.GRANT])
            .values("ends_at", "preheated_at").first())
     facts = (
         _CampaignFacts(exists=False)

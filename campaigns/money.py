@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import ROUND_DOWN, ROUND_HALF_UP, Decimal
 from functools import cache
 
 # ISO 4217 codes this service accepts, with the number of decimals of their minor unit.
@@ -55,6 +55,17 @@ def parse_amount(value: object, currency: str) -> Decimal:
     if Decimal(value) <= 0:
         raise InvalidAmount("order_amount must be positive.")
     raise InvalidAmount(f"{currency} amounts have at most {places} decimals.")
+
+
+def to_minor(amount: Decimal, currency: str) -> int:
+    """An amount as a whole number of the currency's minor units (350.00 CNY -> 35000): a budget in Redis. An
+    amount finer than the minor unit is rounded down."""
+    return int(amount.scaleb(MINOR_UNITS[currency]).to_integral_value(rounding=ROUND_DOWN))
+
+
+def from_minor(units: int, currency: str) -> Decimal:
+    """A whole number of minor units as the amount (35000 CNY -> 350.00)."""
+    return Decimal(units).scaleb(-MINOR_UNITS[currency]).quantize(minor_unit(currency))
 
 
 def money_text(amount: Decimal, currency: str) -> str:

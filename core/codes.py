@@ -28,7 +28,8 @@ BUSINESS_CODES: dict[str, int] = {
     "not_combinable": 19,  # 19-21: carts (issue 20), campaigns.pricing's refusals
     "not_applicable": 20,
     "min_quantity_not_met": 21,
-    "budget_exhausted": 22,  # 22 and 23: named by the contract, answered by nothing yet (not in Code)
+    "budget_exhausted": 22,  # 22: a reserve or redeem whose discount does not fit in the campaign's budget
+    # 23: named by the contract, answered by nothing yet (not in Code)
     "group_limit_reached": 23,
 }
 
@@ -58,3 +59,4 @@ class Code(enum.IntEnum):
     NOT_COMBINABLE = BUSINESS_CODES["not_combinable"]
     NOT_APPLICABLE = BUSINESS_CODES["not_applicable"]
     MIN_QUANTITY_NOT_MET = BUSINESS_CODES["min_quantity_not_met"]
+    BUDGET_EXHAUSTED = BUSINESS_CODES["budget_exhausted"]

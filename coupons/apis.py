@@ -286,7 +286,7 @@ def answer_response(answer: Answer) -> Response:
 
 _USE_CODES = "0 done, 10 expired, 11 already_redeemed, 12 min_spend_not_met, 13 not_yet_valid, 14 revoked, " \
     "15 not_eligible, 16 on_hold, 17 hold_lapsed (confirm only), 18 not_held (confirm only), 19 not_combinable, " \
-    "20 not_applicable, 21 min_quantity_not_met (19-21: reserve and redeem)"
+    "20 not_applicable, 21 min_quantity_not_met, 22 budget_exhausted (19-22: reserve and redeem)"
 _CODE_PARAMETER = OpenApiParameter(  # coupon_endpoint() reads it
     "code", pattern_schema(TYPED_CODE_RE, example="K7QM-3XRD-9PVA"), OpenApiParameter.PATH,
     description="The shopper's coupon's code, a codes campaign's shared code (e.g. SAVE50) or a unique code. Case "
@@ -318,7 +318,7 @@ def _refusal_examples(*codes: UseCode) -> list[OpenApiExample]:
 
 _USE_REFUSALS = (UseCode.EXPIRED, UseCode.ALREADY_REDEEMED, UseCode.MIN_SPEND_NOT_MET, UseCode.NOT_YET_VALID,
                  UseCode.REVOKED, UseCode.NOT_ELIGIBLE, UseCode.ON_HOLD, UseCode.NOT_COMBINABLE,
-                 UseCode.NOT_APPLICABLE, UseCode.MIN_QUANTITY_NOT_MET)
+                 UseCode.NOT_APPLICABLE, UseCode.MIN_QUANTITY_NOT_MET, UseCode.BUDGET_EXHAUSTED)
 _IDEMPOTENCY_NOTE = (" A repeat with the same Idempotency-Key and the same request within 24 h answers the first "
                      "answer unchanged (header Idempotent-Replayed: true); with a different request 422; while "
                      "the first is still running 409.")

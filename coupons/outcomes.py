@@ -27,6 +27,7 @@ _DETAILS = {
     UseCode.NOT_COMBINABLE: "The order already holds or used a coupon this one may not be combined with.",
     UseCode.NOT_APPLICABLE: "No line of the order is in the coupon's scope.",
     UseCode.MIN_QUANTITY_NOT_MET: "The order has fewer items in the coupon's scope than it requires.",
+    UseCode.BUDGET_EXHAUSTED: "The campaign's budget has not enough left for this discount.",
 }
 REFUSALS = {code: (SLUGS[code], detail) for code, detail in _DETAILS.items()}
 

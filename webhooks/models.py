@@ -23,6 +23,7 @@ class EventType(models.TextChoices):
     COUPON_REVOKED = "coupon.revoked", "coupon.revoked"
     CAMPAIGN_SOLD_OUT = "campaign.sold_out", "campaign.sold_out"
     CAMPAIGN_ENDED = "campaign.ended", "campaign.ended"
+    CAMPAIGN_BUDGET_EXHAUSTED = "campaign.budget_exhausted", "campaign.budget_exhausted"
 
 
 def all_event_types() -> list[str]:

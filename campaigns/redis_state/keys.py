@@ -61,6 +61,11 @@ class CampaignKeys:
         extend.lua), its uses in place of the stock and its takes in place of the given-back claims."""
         return [self.meta, self.uses, self.users, self.ledger, self.takes] if codes else self.state
 
+    @property
+    def budget(self) -> str:
+        """The campaign's budget: the money left, in minor units (redis_state/budget.py; bucket 0's tag)."""
+        return f"{self.tag}budget"
+
     def left(self, *, codes: bool) -> str:
         """The key of what is left: a grab campaign's stock, a codes campaign's uses."""
         return self.uses if codes else self.stock

@@ -92,6 +92,8 @@ class _Scripts:
         self.code_give_back = _Script(client, "code_give_back", gives_back=True)
         self.move_out = _Script(client, "move_out")
         self.move_in = _Script(client, "move_in", gives_back=True)  # its donor gave already: never undone
+        self.budget_take = _Script(client, "budget_take")
+        self.budget_give_back = _Script(client, "budget_give_back", gives_back=True)
 
 
 _scripts: _Scripts | None = None

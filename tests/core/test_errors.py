@@ -55,7 +55,8 @@ def test_business_codes_are_never_renumbered() -> None:
         "done": 0, "limit_reached": 1, "sold_out": 2, "not_started": 3, "ended": 4, "paused": 5, "expired": 10,
         "already_redeemed": 11, "min_spend_not_met": 12, "not_yet_valid": 13, "revoked": 14, "not_eligible": 15,
         "on_hold": 16, "hold_lapsed": 17, "not_held": 18,
-        "not_combinable": 19, "not_applicable": 20, "min_quantity_not_met": 21}
+        "not_combinable": 19, "not_applicable": 20, "min_quantity_not_met": 21,
+        "budget_exhausted": 22}
 
 
 def test_every_code_is_the_registrys_and_named_by_its_slug() -> None:

@@ -14,6 +14,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from campaigns.models import SCOPE_LISTS, Audience, CampaignKind, DiscountType
+from campaigns.money import AMOUNT_PLACES, MINOR_UNITS
 from campaigns.services import campaign_create
 from core.commands import OperatorCommand
 from core.errors import ApplicationError
@@ -52,6 +53,22 @@ def parse_money(text: str | None, *, flag: str) -> Decimal | None:
     return value
 
 
+def parse_budget(text: str | None, currency: str) -> Decimal | None:
+    """--budget: an amount > 0 in the campaign's currency (at most its decimals, 12 digits before the point)."""
+    budget = parse_money(text, flag="--budget")
+    if budget is None:
+        return None
+    places = MINOR_UNITS.get(currency, AMOUNT_PLACES)
+    if budget <= 0 or budget.as_tuple().exponent < -places or budget >= BUDGET_BOUND:  # type: ignore[operator]
+        raise CommandError(gettext("%(flag)s: an amount > 0 in %(currency)s, with at most %(places)s decimals and "
+                                   "12 digits before the point, got %(text)s")
+                           % {"flag": "--budget", "currency": currency, "places": places, "text": repr(text)})
+    return budget
+
+
+BUDGET_BOUND = Decimal(10) ** 12
+
+
 def names(text: str | None) -> list[str]:
     """The names of a comma-separated flag ("a, b" -> ["a", "b"]); Campaign.clean checks each one."""
     return [name.strip() for name in (text or "").split(",") if name.strip()]
@@ -75,6 +92,7 @@ def campaign_summary(campaign: Any) -> dict[str, Any]:
         "combinable_with": campaign.combinable_with,
         "order_cap": None if campaign.order_cap is None else str(campaign.order_cap),
         "buckets": campaign.buckets,
+        "budget": None if campaign.budget is None else str(campaign.budget),
     }
 
 
@@ -118,6 +136,8 @@ class Command(OperatorCommand):
         parser.add_argument("--buckets", type=int, default=1,
                             help=gettext("split a grab campaign's stock over N Redis hash slots (1-64), so one hot "
                                          "campaign spreads over N masters of a Redis Cluster"))
+        parser.add_argument("--budget", help=gettext("the most all its coupons or codes may take off together, in its "
+                                                     "currency (an amount > 0; refused beyond: 22 budget_exhausted)"))
         parser.add_argument("--publish", action="store_true", help=gettext("publish and load into Redis now"))
 
     def handle(self, *args: Any, **opts: Any) -> None:
@@ -140,6 +160,7 @@ class Command(OperatorCommand):
             raise CommandError(gettext("--code: only with --kind codes"))
         if opts["min_quantity"] < 0:
             raise CommandError(gettext("%(flag)s: must be 0 or more") % {"flag": "--min-quantity"})
+        budget = parse_budget(opts["budget"], opts["currency"].upper())
         try:
             combinable_with = [int(i) for i in names(opts["combinable_with"])]
         except ValueError as exc:
@@ -170,6 +191,7 @@ class Command(OperatorCommand):
                 combinable_with=combinable_with,
                 order_cap=parse_money(opts["order_cap"], flag="--order-cap"),
                 buckets=opts["buckets"],
+                budget=budget,
                 publish=opts["publish"],
             )
         except ApplicationError as exc:

@@ -54,7 +54,7 @@ async def sell(send: Callable[[Any], Awaitable[Any]], concurrency: int, seconds:
             call = redis_state.claim_call(campaign_id=campaign_id, user_id=f"u{next(names)}", idempotency_key=None,
                                           client_ip=None, now_ms=redis_state.redis_now_ms())
             started = time.perf_counter()
-            result = redis_state.claim_result(await send(call))
+            result = redis_state.claim_result(await send(call), campaign_id)
             latencies.append(time.perf_counter() - started)
             assert result.code == redis_state.ClaimCode.CLAIMED, result
 

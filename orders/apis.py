@@ -15,6 +15,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from campaigns.redis_state import ClaimFlow
 from core.api import (
     ShopperApi,
     ShopperTokenAuthentication,
@@ -72,7 +73,7 @@ def claim_answer(meta: Mapping[str, Any], campaign_id_text: str, read_body: Call
         return request
     with _Claiming(request, started) as claiming:
         try:
-            return claiming.answered(claim_in_redis(*request))
+            return claiming.answered(claim_in_redis(ClaimFlow(*request)))
         except ApplicationError as exc:
             return claiming.refused(exc)
         except Exception as exc:
@@ -93,7 +94,7 @@ def claim_answer_now(meta: Mapping[str, Any], campaign_id_text: str, body: bytes
 async def _claim_on_loop(request: ClaimRequest, started: float) -> Answer3:
     with _Claiming(request, started) as claiming:
         try:
-            return claiming.answered(await claim_in_redis_async(*request))
+            return claiming.answered(await claim_in_redis_async(ClaimFlow(*request)))
         except ApplicationError as exc:
             return claiming.refused(exc)
         except Exception as exc:

@@ -14,7 +14,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, NamedTuple, NoReturn
+from typing import Any, NoReturn
 
 from celery import current_app
 from django.db import DatabaseError, close_old_connections, connection
@@ -23,28 +23,24 @@ from django.utils import timezone
 from campaigns import redis_state
 from campaigns.errors import CampaignStateLost
 from campaigns.models import Campaign, CampaignKind
-from campaigns.redis_state import ClaimCode, ClaimOutcomeUnknown, StoreUnavailable, VoidNotConfirmed
+from campaigns.redis_state import (
+    CLAIM_STATUSES,
+    ClaimCode,
+    ClaimFlow,
+    ClaimOutcome,
+    ClaimOutcomeUnknown,
+    StoreUnavailable,
+    VoidNotConfirmed,
+)
 from campaigns.services import campaign_preheat
 from core.background import InBackground
-from core.errors import SLUGS, NotFound, RateLimited, Unavailable
+from core.errors import NotFound, RateLimited, Unavailable
 
 from . import ledger
 from .cancel import claim_cancel
 from .sold_out import SOLD_OUT_FOR_SECONDS, sold_out_until
 
 log = logging.getLogger(__name__)
-
-# The slug of each answer of the claim script, the registry's (core.errors), looked up once here, not a claim.
-CLAIM_STATUSES = {code: SLUGS[code] if code else "claimed" for code in ClaimCode if code >= 0}
-
-
-class ClaimOutcome(NamedTuple):  # a tuple: built on every claim, 4x cheaper than a frozen dataclass
-    code: int
-    status: str
-    campaign_id: int
-    claim_id: str | None
-    replayed: bool = False
-
 
 @dataclass(frozen=True, slots=True)
 class _CampaignFacts:
@@ -108,23 +104,22 @@ def claim_create(
     known = known_sold_out(campaign_id, idempotency_key)
     if known is not None:
         return known
-    return claim_in_redis(campaign_id, user_id, idempotency_key, client_ip)
+    return claim_in_redis(ClaimFlow(campaign_id, user_id, idempotency_key, client_ip))
 
 
-def claim_in_redis(campaign_id: int, user_id: str, idempotency_key: str | None, client_ip: str | None
-                   ) -> ClaimOutcome:
-    """claim_create() past known_sold_out(), for a caller that asked it already (orders.apis: once a claim).
-    The script; of a campaign Redis does not know, the lookup (and load) and the script again."""
+def claim_in_redis(flow: ClaimFlow) -> ClaimOutcome:
+    """claim_create() past known_sold_out(), for a caller that asked it already (orders.apis: once a claim), of the
+    checked claim (its flow). The script; of a campaign Redis does not know, the lookup (and load) and the script
+    again."""
+    campaign_id = flow.campaign_id
     try:
-        result: redis_state.ClaimResult | None
-        result = first = redis_state.run_claim(
-            campaign_id=campaign_id, user_id=user_id, idempotency_key=idempotency_key, client_ip=client_ip)
-        if first.code == ClaimCode.NO_STATE:
-            result = redis_state.run_claim(campaign_id=campaign_id, user_id=user_id, idempotency_key=idempotency_key,
-                                           client_ip=client_ip) if _loaded_for_claim(campaign_id) else None
+        outcome: ClaimOutcome | None
+        outcome = redis_state.run_flow(flow)
+        if outcome.code == ClaimCode.NO_STATE:
+            outcome = redis_state.run_flow(flow.again()) if _loaded_for_claim(campaign_id) else None
     except StoreUnavailable as exc:
         _unavailable(campaign_id, exc)
-    return _claim_outcome(campaign_id, result)
+    return _claim_outcome(campaign_id, outcome)
 
 
 def _unavailable(campaign_id: int, exc: StoreUnavailable) -> NoReturn:
@@ -145,23 +140,20 @@ async def claim_create_async(
     known = known_sold_out(campaign_id, idempotency_key)
     if known is not None:
         return known
-    return await claim_in_redis_async(campaign_id, user_id, idempotency_key, client_ip)
+    return await claim_in_redis_async(ClaimFlow(campaign_id, user_id, idempotency_key, client_ip))
 
 
-async def claim_in_redis_async(campaign_id: int, user_id: str, idempotency_key: str | None, client_ip: str | None
-                               ) -> ClaimOutcome:
+async def claim_in_redis_async(flow: ClaimFlow) -> ClaimOutcome:
     """claim_in_redis() on an event loop: the same steps, the same decisions (_claim_outcome)."""
+    campaign_id = flow.campaign_id
     try:
-        result: redis_state.ClaimResult | None
-        result = first = await redis_state.run_claim_async(
-            campaign_id=campaign_id, user_id=user_id, idempotency_key=idempotency_key, client_ip=client_ip)
-        if first.code == ClaimCode.NO_STATE:
-            result = await redis_state.run_claim_async(
-                campaign_id=campaign_id, user_id=user_id, idempotency_key=idempotency_key, client_ip=client_ip
-            ) if await _loaded_in_time(campaign_id) else None
+        outcome: ClaimOutcome | None
+        outcome = await redis_state.run_flow_async(flow)
+        if outcome.code == ClaimCode.NO_STATE:
+            outcome = await redis_state.run_flow_async(flow.again()) if await _loaded_in_time(campaign_id) else None
     except StoreUnavailable as exc:
         _unavailable(campaign_id, exc)
-    return _claim_outcome(campaign_id, result)
+    return _claim_outcome(campaign_id, outcome)
 
 
 # A campaign Redis knows nothing of is looked up in PostgreSQL (and loaded into Redis if it never was) in a thread
@@ -215,10 +207,10 @@ def known_sold_out(campaign_id: int, idempotency_key: str | None) -> ClaimOutcom
 _sold_out_outcomes: dict[int, ClaimOutcome] = {}  # one per campaign: a tuple, the same for every answer
 
 
-def _claim_outcome(campaign_id: int, result: redis_state.ClaimResult | None) -> ClaimOutcome:
-    """What the script's result means, for the thread and the event loop alike: the outcome, or raise. None: a
-    campaign Redis did not know has ended; NO_STATE here is the script's after the campaign was loaded (it went
-    again at once: CampaignStateLost)."""
+def _claim_outcome(campaign_id: int, result: ClaimOutcome | None) -> ClaimOutcome:
+    """What the script's outcome means, for the thread and the event loop alike: the outcome itself, or raise.
+    None: a campaign Redis did not know has ended; NO_STATE here is the script's after the campaign was loaded (it
+    went again at once: CampaignStateLost)."""
     if result is None:
         return ClaimOutcome(ClaimCode.ENDED, CLAIM_STATUSES[ClaimCode.ENDED], campaign_id, None)
     if result.code == ClaimCode.NO_STATE:
@@ -235,14 +227,7 @@ def _claim_outcome(campaign_id: int, result: redis_state.ClaimResult | None) -> 
         if len(sold_out_until) > 10_000:
             sold_out_until.clear()
         sold_out_until[campaign_id] = time.monotonic() + SOLD_OUT_FOR_SECONDS
-    claimed = result.code == ClaimCode.CLAIMED
-    return ClaimOutcome(
-        code=int(result.code),
-        status=CLAIM_STATUSES[result.code],
-        campaign_id=campaign_id,
-        claim_id=ledger.claim_id_of(campaign_id, result.ledger_id) if claimed else None,
-        replayed=result.replayed,
-    )
+    return result
 
 
 def _looked_up(campaign_id: int) -> bool:

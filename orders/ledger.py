@@ -21,6 +21,7 @@ from campaigns.redis_state import (
     StoreUnavailable,
     bucket_counts,
     campaign_keys,
+    claim_id_of,  # noqa: F401  (orders.ledger.claim_id_of: a claim's id is made in campaigns.redis_state.keys)
     ledger_ref,
     redis_client,
     replicated,
@@ -55,10 +56,6 @@ class LedgerEntry:
     @property
     def claimed_at(self) -> datetime:
         return datetime.fromtimestamp(int(self.entry_id.split("-")[0]) / 1000, tz=UTC)
-
-
-def claim_id_of(campaign_id: int, entry_id: str) -> str:
-    return f"{campaign_id}-{entry_id}"
 
 
 def parse_claim_id(text: str) -> tuple[int, str] | None:

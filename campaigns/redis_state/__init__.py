@@ -3,7 +3,7 @@
     keys.py      key names (the hash tag {c<id>}, a bucket's {c<id>.<b>}), a shopper's bucket, ledger refs
     clients.py   the process's clients: sync, one auto-pipelined per event loop, the short-timeout recovery one
     lua.py       the script loader (campaigns/lua/): EVALSHA, replica acks (replicated)
-    claim.py     the claim: the script's call and reply, its steps (ClaimFlow), run_claim and run_claim_async
+    claim.py     the claim: the script's call and reply, its steps (ClaimFlow), its outcome, run_flow(_async)
     buckets.py   a campaign's bucket count, each bucket's share, moves of stock between buckets
     recovery.py  a lost reply's stored answer, the void of a claim whose outcome is unknown, Redis's clock
     state.py     a campaign's state as a whole: load, rebuild, restock, add stock, extend, pause, remaining
@@ -35,20 +35,33 @@ from .buckets import (
     split_stock,
 )
 from .claim import (
+    CLAIM_STATUSES,
     ClaimCall,
     ClaimCode,
     ClaimFlow,
-    ClaimResult,
+    ClaimOutcome,
     claim_call,
     claim_reply,
     claim_result,
     own_answer_field,
     run_claim,
     run_claim_async,
+    run_flow,
+    run_flow_async,
 )
 from .clients import async_client, redis_client
 from .codes import TakeCode, code_uses_of, codes_snapshot, run_code_give_back, run_code_take, run_code_takes
-from .keys import DRAIN_GROUP, MAX_BUCKETS, CampaignKeys, bucket_of, campaign_keys, key_digest, ledger_ref, split_ref
+from .keys import (
+    DRAIN_GROUP,
+    MAX_BUCKETS,
+    CampaignKeys,
+    bucket_of,
+    campaign_keys,
+    claim_id_of,
+    key_digest,
+    ledger_ref,
+    split_ref,
+)
 from .lua import LUA_DIR, replicated, scripts
 from .recovery import (
     DEADLINE_MARGIN_MS,
@@ -78,15 +91,16 @@ from .state import (
 )
 
 __all__ = [
-    "DEADLINE_MARGIN_MS", "DRAIN_GROUP", "EMPTY_FOR_SECONDS", "LUA_DIR", "MAX_BUCKETS", "OWN_ANSWER_KEEP_MS",
-    "RECOVERY_BUDGET_SECONDS", "RECOVERY_PAUSE_SECONDS", "UNREADABLE", "CampaignKeys", "ClaimCall", "ClaimCode",
-    "ClaimFlow", "ClaimOutcomeUnknown", "ClaimResult", "RestockResult", "StoreUnavailable", "TakeCode",
-    "VoidNotConfirmed", "async_client", "bucket_counts", "bucket_of", "bucket_shares", "buckets_of", "campaign_keys",
-    "claim_call", "claim_reply", "claim_result", "clear_drain_trigger", "code_uses_of", "codes_snapshot",
-    "compare_and_set", "finish_moves", "forget_bucket_counts", "forget_empty_buckets", "key_digest", "ledger_ref",
-    "load_state", "move_counts", "move_counts_of", "move_stock", "own_answer_field", "pending_moves",
-    "received_moves", "redis_client", "redis_now_ms", "remaining_many", "remember_buckets", "replace_claim_records",
-    "replicated", "reset_redis_client", "restore_answers", "run_add_stock", "run_claim", "run_claim_async",
-    "run_code_give_back", "run_code_take", "run_code_takes", "run_extend", "run_restock", "run_void", "scripts",
-    "set_paused", "split_ref", "split_stock", "to_ms",
+    "CLAIM_STATUSES", "DEADLINE_MARGIN_MS", "DRAIN_GROUP", "EMPTY_FOR_SECONDS", "LUA_DIR", "MAX_BUCKETS",
+    "OWN_ANSWER_KEEP_MS", "RECOVERY_BUDGET_SECONDS", "RECOVERY_PAUSE_SECONDS", "UNREADABLE", "CampaignKeys",
+    "ClaimCall", "ClaimCode", "ClaimFlow", "ClaimOutcome", "ClaimOutcomeUnknown", "RestockResult", "StoreUnavailable",
+    "TakeCode", "VoidNotConfirmed", "async_client", "bucket_counts", "bucket_of", "bucket_shares", "buckets_of",
+    "campaign_keys", "claim_call", "claim_id_of", "claim_reply", "claim_result", "clear_drain_trigger",
+    "code_uses_of", "codes_snapshot", "compare_and_set", "finish_moves", "forget_bucket_counts",
+    "forget_empty_buckets", "key_digest", "ledger_ref", "load_state", "move_counts", "move_counts_of", "move_stock",
+    "own_answer_field", "pending_moves", "received_moves", "redis_client", "redis_now_ms", "remaining_many",
+    "remember_buckets", "replace_claim_records", "replicated", "reset_redis_client", "restore_answers",
+    "run_add_stock", "run_claim", "run_claim_async", "run_code_give_back", "run_code_take", "run_code_takes",
+    "run_extend", "run_flow", "run_flow_async", "run_restock", "run_void", "scripts", "set_paused", "split_ref",
+    "split_stock", "to_ms",
 ]

@@ -1,5 +1,6 @@
-"""The claim: the script's call and reply, and its steps (ClaimFlow), the same for a thread (run_claim) and an
-event loop (run_claim_async); a lost reply is read back (recovery.py)."""
+"""The claim: the script's call (ClaimCall, claim_call) and reply, its steps (ClaimFlow: the checked claim and its
+call), the same for a thread (run_flow) and an event loop (run_flow_async), and its one outcome (ClaimOutcome); a
+lost reply is read back (recovery.py)."""
 from __future__ import annotations
 
 import asyncio
@@ -10,13 +11,13 @@ from typing import Any, NamedTuple
 
 import redis
 
-from core.errors import Code, StoreUnavailable
+from core.errors import SLUGS, Code, StoreUnavailable
 from core.hot import hot, unique_hex
 
 from ..redis_async import AsyncRedis, NotAcknowledged, NotSent
 from .buckets import EMPTY_FOR_SECONDS, empty_until, known_buckets, move_counts_of, move_stock, remember_buckets
 from .clients import async_client
-from .keys import bucket_of, campaign_keys, key_digest, ledger_ref
+from .keys import bucket_of, campaign_keys, claim_id_of, key_digest, ledger_ref
 from .lua import scripts, text
 from .recovery import (
     DEADLINE_MARGIN_MS,
@@ -47,14 +48,107 @@ class ClaimCode(enum.IntEnum):
     DRY = -5  # claim.lua: this bucket's stock ran out; stock is moved here from another bucket (never answered)
 
 
-class ClaimResult(NamedTuple):  # a tuple: built on every claim, 4x cheaper than a frozen dataclass
+# The slug of each answer of the claim script: the registry's (core.codes) for the answered codes, looked up once
+# here, not a claim; the script's own (negative) codes are never answered, their names stand in.
+CLAIM_STATUSES = {code: SLUGS[code] if code else "claimed" for code in ClaimCode if code >= 0}
+_STATUSES = {**{code: code.name.lower() for code in ClaimCode}, **CLAIM_STATUSES}
+
+
+class ClaimOutcome(NamedTuple):  # a tuple: built on every claim, 4x cheaper than a frozen dataclass
+    """A claim's outcome: what the script's reply means (claim_result), what the use case decides
+    (orders.claim) and what both doors answer as it is ({code, status, claim_id, campaign_id}, docs/api.md)."""
+
     code: ClaimCode
-    ledger_id: str
-    replayed: bool
-    trigger_drain: bool
+    status: str
+    campaign_id: int
+    claim_id: str | None  # "<campaign id>-<ledger ref>" of a claimed (or replayed claimed) answer, else None
+    replayed: bool = False
+    trigger_drain: bool = False  # the script asks for a drain trigger (never answered)
+
+    @property
+    def ledger_id(self) -> str:
+        """The claim's ledger ref (keys.ledger_ref): its claim id past the campaign's; "" without one."""
+        return self.claim_id.partition("-")[2] if self.claim_id else ""
 
 
-class ClaimFlow:
+class ClaimCall:
+    """One claim script call (claim_call): its keys and arguments, where it leaves its answer, and its deadline,
+    for a shopper (campaign, user, Idempotency-Key, client address) on a bucket. A claim's flow (ClaimFlow) is its
+    call, prepared again for each run of the script."""
+
+    __slots__ = ("campaign_id", "user_id", "idempotency_key", "client_ip", "bucket", "keys", "args", "idem_key",
+                 "answer_field", "deadline_ms", "token")
+    keys: list[str]
+    args: list[str | int]
+    idem_key: str  # where the answer is left: the Idempotency-Key's string, or the second's hash (own answers)
+    answer_field: str  # the answer's field in the second's hash ("" when it is the Idempotency-Key's own string)
+    deadline_ms: int
+    token: str  # this request's, stored with its answer (only this request may void its claim)
+
+    def __init__(self, campaign_id: int, user_id: str, idempotency_key: str | None, client_ip: str | None,
+                 bucket: int = 0) -> None:
+        self.campaign_id, self.user_id = campaign_id, user_id
+        self.idempotency_key, self.client_ip = idempotency_key, client_ip
+        self.bucket = bucket
+
+    def prepare(self, now_ms: int, buckets: int = 1, dry: bool = False) -> ClaimCall:
+        """Build the script's keys and arguments (claim.lua documents them) on self.bucket; `now_ms` is Redis's
+        clock. Of a campaign split into `buckets`; `dry`: answer -5 rather than sold_out. Return self."""
+        keys = campaign_keys(self.campaign_id, self.bucket)
+        # Every claim stores its answer: under the shopper's Idempotency-Key (kept 24 h), or in its second's hash
+        # (kept seconds), so that when the reply is lost the outcome can still be read (see run_claim).
+        conf = hot()
+        user_id, idempotency_key, client_ip = self.user_id, self.idempotency_key, self.client_ip
+        self.token = token = unique_hex()
+        second = keys.second(int(time.time()))
+        self.deadline_ms = deadline_ms = now_ms + int(conf.redis_timeout * 1000) - DEADLINE_MARGIN_MS
+        call_keys = [keys.meta, keys.stock, keys.users, keys.ledger, second]
+        if idempotency_key is None:
+            self.idem_key, answer = second, own_answer_field(token)
+            self.answer_field = answer
+        else:
+            digest = key_digest(idempotency_key)
+            self.idem_key = idem_key = keys.idempotency_of_digest(user_id, digest)
+            answer = token
+            self.answer_field = ""
+            call_keys.append(idem_key)
+        args: list[str | int] = [user_id, deadline_ms, answer, conf.shopper_per_second, f"u:{user_id}",
+                                 conf.ip_per_second if client_ip else 0, f"i:{client_ip}", OWN_ANSWER_KEEP_MS,
+                                 conf.drain_trigger_ttl_ms]
+        if idempotency_key is not None:  # with replica acks a repeat is told only once confirmed (claim.lua, void.lua)
+            args += [digest, conf.idempotency_ttl_ms, 1 if conf.replica_acks else 0]
+        if buckets > 1:
+            if idempotency_key is None:
+                args += ["", 0, 0]
+            args += [buckets, "1" if dry else "0"]
+        self.keys, self.args = call_keys, args
+        return self
+
+    def unknown(self, exc: Exception) -> ClaimOutcomeUnknown:
+        """The error of this claim's outcome unknown (chained to `exc`)."""
+        unknown = ClaimOutcomeUnknown(str(exc), campaign_id=self.campaign_id, user_id=self.user_id,
+                                      answer_key=self.idem_key, token=self.token, bucket=self.bucket)
+        unknown.__cause__ = exc
+        return unknown
+
+
+def own_answer_field(token: str) -> str:
+    """The field of a claim made without an Idempotency-Key in its second's hash (CampaignKeys.second)."""
+    return f"a:{token}"
+
+
+def claim_call(
+    *, campaign_id: int, user_id: str, idempotency_key: str | None, client_ip: str | None, now_ms: int,
+    bucket: int = 0, buckets: int = 1, dry: bool = False,
+) -> ClaimCall:
+    """The claim script's call for one shopper (campaign, user, Idempotency-Key, client address), for a caller that
+    runs the script itself (a pipeline of many shoppers' claims): its .keys and .args (claim.lua documents them);
+    `now_ms` is Redis's clock. Of a campaign split into `buckets`, on the shopper's `bucket`; `dry`: answer -5
+    rather than sold_out. Its reply is read by claim_result()."""
+    return ClaimCall(campaign_id, user_id, idempotency_key, client_ip, bucket).prepare(now_ms, buckets, dry)
+
+
+class ClaimFlow(ClaimCall):
     """The steps of one claim, the same for the thread (run_claim) and the event loop (run_claim_async): the
     claim script on the shopper's bucket; of a campaign split into buckets, when that bucket is dry, stock moved
     to it from another bucket (move_stock) and the script again, until it answers, or until every other bucket
@@ -63,48 +157,52 @@ class ClaimFlow:
     Idempotency-Key replays it) unless stock came meanwhile. Each round moves at least one unit out of the other
     buckets or drops an empty one, so it ends; past the claim's time budget it is a 503 (StoreUnavailable).
 
-    A step is None (run the script: call()), a donor bucket (move stock from it: moved()), a list of the empty
-    donors (read their move counters: quiet()) or the ClaimResult."""
+    The flow is the checked claim itself (who claims, on which campaign, with which key, from where: the doors'
+    checks build it, orders.apis) and its script call (ClaimCall, prepared again for each run: call()). A step is
+    None (run the script: call()), a donor bucket (move stock from it: moved()), a list of the empty donors (read
+    their move counters: quiet()) or the ClaimOutcome."""
 
-    __slots__ = ("campaign_id", "user_id", "idempotency_key", "client_ip", "buckets", "home", "donors", "final",
-                 "give_up", "recounted", "empty")
+    __slots__ = ("buckets", "donors", "final", "give_up", "recounted", "empty")
 
     def __init__(self, campaign_id: int, user_id: str, idempotency_key: str | None, client_ip: str | None) -> None:
         self.campaign_id, self.user_id = campaign_id, user_id
         self.idempotency_key, self.client_ip = idempotency_key, client_ip
-        self.buckets = known_buckets.get(campaign_id, 1)
-        self.home = bucket_of(user_id, self.buckets)
+        self.buckets = buckets = known_buckets.get(campaign_id, 1)
+        self.bucket = bucket_of(user_id, buckets)  # the shopper's own
         self.donors: list[int] | None = None
         self.final = False
         self.give_up = 0.0
         self.recounted = False
         self.empty: dict[int, int] = {}  # donor -> its move counter when found empty
 
-    def call(self, now_ms: int) -> ClaimCall:
-        return claim_call(campaign_id=self.campaign_id, user_id=self.user_id, idempotency_key=self.idempotency_key,
-                          client_ip=self.client_ip, now_ms=now_ms, bucket=self.home, buckets=self.buckets,
-                          dry=self.buckets > 1 and not self.final)
+    def again(self) -> ClaimFlow:
+        """A new flow of the same claim (the script again after its campaign was loaded into Redis)."""
+        return ClaimFlow(self.campaign_id, self.user_id, self.idempotency_key, self.client_ip)
 
-    def answer(self, raw: Any) -> ClaimResult | int | list[int] | None:
+    def call(self, now_ms: int) -> ClaimFlow:
+        self.prepare(now_ms, self.buckets, self.buckets > 1 and not self.final)
+        return self
+
+    def answer(self, raw: Any) -> ClaimOutcome | int | list[int] | None:
         """The next step after the script's reply."""
         code, counted, _ = claim_reply(raw)
         if code == ClaimCode.OTHER_BUCKETS and not self.recounted:
             self.recounted = True  # learnt from Redis: at most once per claim
             self.buckets = int(counted)
             remember_buckets(self.campaign_id, self.buckets)
-            self.home = bucket_of(self.user_id, self.buckets)
+            self.bucket = bucket_of(self.user_id, self.buckets)
             return None
         if code == ClaimCode.OTHER_BUCKETS:
             raise StoreUnavailable(f"campaign {self.campaign_id}: its buckets disagree on their count")
         if code != ClaimCode.DRY:
-            return claim_result(raw, self.home)
+            return claim_result(raw, self.campaign_id, self.bucket)
         if self.donors is None:
             start = random.randrange(self.buckets)  # shoppers of one dry bucket spread over the donors
             now = time.monotonic()
             self.donors = []
             for b in (*range(start, self.buckets), *range(start)):
                 until, moved = empty_until.get((self.campaign_id, b), (0.0, 0))
-                if b == self.home:
+                if b == self.bucket:
                     continue
                 if until > now:  # found empty a moment ago: only its counter is read again (quiet())
                     self.empty[b] = moved
@@ -150,22 +248,29 @@ class ClaimFlow:
 
 def run_claim(
     *, campaign_id: int, user_id: str, idempotency_key: str | None, client_ip: str | None = None
-) -> ClaimResult:
+) -> ClaimOutcome:
     """Run the claim (ClaimFlow) for a validated campaign id, user id and (normalized) client IP.
 
     Raise StoreUnavailable.
     """
-    flow = ClaimFlow(campaign_id, user_id, idempotency_key, client_ip)
-    step: ClaimResult | int | list[int] | None = None
+    return run_flow(ClaimFlow(campaign_id, user_id, idempotency_key, client_ip))
+
+
+def run_flow(flow: ClaimFlow) -> ClaimOutcome:
+    """Run a claim's flow on this thread: its outcome, whatever it is (NO_STATE, RATE_LIMITED, ... included).
+
+    Raise StoreUnavailable.
+    """
+    step: ClaimOutcome | int | list[int] | None = None
     while True:
         if step is None:
             step = flow.answer(_claim_once(flow.call(redis_now_ms())))
-        elif isinstance(step, ClaimResult):
+        elif isinstance(step, ClaimOutcome):
             return step
         elif isinstance(step, list):
-            step = flow.quiet(move_counts_of(campaign_id, step))
+            step = flow.quiet(move_counts_of(flow.campaign_id, step))
         else:
-            step = flow.moved(step, move_stock(campaign_id, step, flow.home))
+            step = flow.moved(step, move_stock(flow.campaign_id, step, flow.bucket))
 
 
 def _claim_once(call: ClaimCall) -> Any:
@@ -206,67 +311,6 @@ def _unless_claimed(exc: NotAcknowledged, call: ClaimCall) -> Any:
     raise call.unknown(exc)
 
 
-class ClaimCall(NamedTuple):
-    """One claim script call: its keys and arguments, where it leaves its answer, and its deadline."""
-
-    keys: list[str]
-    args: list[str | int]
-    idem_key: str  # where the answer is left: the Idempotency-Key's string, or the second's hash (own answers)
-    answer_field: str  # the answer's field in the second's hash ("" when it is the Idempotency-Key's own string)
-    deadline_ms: int
-    token: str  # this request's, stored with its answer (only this request may void its claim)
-    campaign_id: int
-    user_id: str
-    bucket: int
-
-    def unknown(self, exc: Exception) -> ClaimOutcomeUnknown:
-        """The error of this claim's outcome unknown (chained to `exc`)."""
-        unknown = ClaimOutcomeUnknown(str(exc), campaign_id=self.campaign_id, user_id=self.user_id,
-                                      answer_key=self.idem_key, token=self.token, bucket=self.bucket)
-        unknown.__cause__ = exc
-        return unknown
-
-
-def own_answer_field(token: str) -> str:
-    """The field of a claim made without an Idempotency-Key in its second's hash (CampaignKeys.second)."""
-    return f"a:{token}"
-
-
-def claim_call(
-    *, campaign_id: int, user_id: str, idempotency_key: str | None, client_ip: str | None, now_ms: int,
-    bucket: int = 0, buckets: int = 1, dry: bool = False,
-) -> ClaimCall:
-    """Build the claim script's call (claim.lua documents the keys and arguments); `now_ms` is Redis's clock.
-    Of a campaign split into `buckets`, on the shopper's `bucket`; `dry`: answer -5 rather than sold_out."""
-    keys = campaign_keys(campaign_id, bucket)
-    # Every claim stores its answer: under the shopper's Idempotency-Key (kept 24 h), or in its second's hash
-    # (kept seconds), so that when the reply is lost the outcome can still be read (see run_claim).
-    conf = hot()
-    token = unique_hex()
-    second = keys.second(int(time.time()))
-    deadline_ms = now_ms + int(conf.redis_timeout * 1000) - DEADLINE_MARGIN_MS
-    call_keys = [keys.meta, keys.stock, keys.users, keys.ledger, second]
-    if idempotency_key is None:
-        idem_key, answer = second, own_answer_field(token)
-        answer_field = answer
-    else:
-        digest = key_digest(idempotency_key)
-        idem_key, answer = keys.idempotency_of_digest(user_id, digest), token
-        answer_field = ""
-        call_keys.append(idem_key)
-    args: list[str | int] = [user_id, deadline_ms, answer, conf.shopper_per_second, f"u:{user_id}",
-                             conf.ip_per_second if client_ip else 0, f"i:{client_ip}", OWN_ANSWER_KEEP_MS,
-                             conf.drain_trigger_ttl_ms]
-    if idempotency_key is not None:  # with replica acks a repeat is told only once confirmed (claim.lua, void.lua)
-        args += [digest, conf.idempotency_ttl_ms, 1 if conf.replica_acks else 0]
-    if buckets > 1:
-        if idempotency_key is None:
-            args += ["", 0, 0]
-        args += [buckets, "1" if dry else "0"]
-    return ClaimCall(keys=call_keys, args=args, idem_key=idem_key, answer_field=answer_field, deadline_ms=deadline_ms,
-                     token=token, campaign_id=campaign_id, user_id=user_id, bucket=bucket)
-
-
 _CODES = {code.value: code for code in ClaimCode}
 
 
@@ -276,29 +320,35 @@ def claim_reply(raw: bytes | str) -> tuple[int, str, int]:
     return int(code), ledger_id, int(flags)
 
 
-def claim_result(raw: bytes | str, bucket: int = 0) -> ClaimResult:
-    """Read the claim script's reply on `bucket` (claim_reply): the result's ledger_id is a ledger_ref."""
+def claim_result(raw: bytes | str, campaign_id: int, bucket: int = 0) -> ClaimOutcome:
+    """The outcome of the claim script's reply (claim_reply) on `bucket` of `campaign_id`: a claimed answer's claim
+    id is "<campaign id>-<ledger ref>" (keys.ledger_ref)."""
     code, ledger_id, flags = claim_reply(raw)
-    return ClaimResult(
-        code=_CODES[code],
-        ledger_id=ledger_ref(ledger_id, bucket) if bucket else ledger_id,
-        replayed=bool(flags & 1),
-        trigger_drain=bool(flags & 2),
+    claim_code = _CODES[code]
+    claimed = code == ClaimCode.CLAIMED
+    return ClaimOutcome(
+        claim_code, _STATUSES[claim_code], campaign_id,
+        claim_id_of(campaign_id, ledger_ref(ledger_id, bucket) if bucket else ledger_id) if claimed else None,
+        bool(flags & 1), bool(flags & 2),
     )
 
 
 async def run_claim_async(
     *, campaign_id: int, user_id: str, idempotency_key: str | None, client_ip: str | None = None
-) -> ClaimResult:
-    """run_claim() for an event loop: the script through the loop's auto-pipelined connection
+) -> ClaimOutcome:
+    """run_claim() for an event loop (run_flow_async)."""
+    return await run_flow_async(ClaimFlow(campaign_id, user_id, idempotency_key, client_ip))
+
+
+async def run_flow_async(flow: ClaimFlow) -> ClaimOutcome:
+    """run_flow() for an event loop: the script through the loop's auto-pipelined connection
     (campaigns/redis_async.py; on a cluster, its connection to the master of the slot of the call's first key,
     the shopper's bucket's); the rare moves of stock between buckets in a thread.
 
     Raise StoreUnavailable.
     """
     client = async_client()
-    flow = ClaimFlow(campaign_id, user_id, idempotency_key, client_ip)
-    step: ClaimResult | int | list[int] | None = None
+    step: ClaimOutcome | int | list[int] | None = None
     while True:
         if step is None:
             try:
@@ -306,12 +356,12 @@ async def run_claim_async(
             except redis.RedisError as exc:
                 raise StoreUnavailable(str(exc)) from exc
             step = flow.answer(await _claim_once_async(client, flow.call(now_ms)))
-        elif isinstance(step, ClaimResult):
+        elif isinstance(step, ClaimOutcome):
             return step
         elif isinstance(step, list):
-            step = flow.quiet(await asyncio.to_thread(move_counts_of, campaign_id, step))
+            step = flow.quiet(await asyncio.to_thread(move_counts_of, flow.campaign_id, step))
         else:
-            step = flow.moved(step, await asyncio.to_thread(move_stock, campaign_id, step, flow.home))
+            step = flow.moved(step, await asyncio.to_thread(move_stock, flow.campaign_id, step, flow.bucket))
 
 
 async def _claim_once_async(client: AsyncRedis, call: ClaimCall) -> Any:

@@ -110,6 +110,11 @@ def ledger_ref(ledger_id: str, bucket: int) -> str:
     return ledger_id if bucket == 0 or not ledger_id else f"{ledger_id}-{bucket}"
 
 
+def claim_id_of(campaign_id: int, ref: str) -> str:
+    """A claim's id: "<campaign id>-<ledger ref>" (ledger_ref)."""
+    return f"{campaign_id}-{ref}"
+
+
 def split_ref(ref: str) -> tuple[str, int]:
     """(stream id, bucket) of a ledger_ref()."""
     ms, _, rest = ref.partition("-")

@@ -35,7 +35,8 @@ ARGV[13] only for a campaign split into buckets (redis_state.bucket_of; ARGV[10]
 ARGV[14] "1": a shopper this bucket could serve but for its stock gets -5 "dry" (nothing changed, nothing
          counted or stored) instead of sold_out: the caller moves stock here from another bucket and asks again
 ARGV[15] "1": an operator's grant (grants/, always with KEYS[6]; ARGV[13] and ARGV[14] then always there): the
-         window's start and the rate limits do not apply, nothing is counted in KEYS[5]; without it, a campaign
+         window's start and the rate limits do not apply, nothing is counted in KEYS[5], only a grant's answer is
+         kept under KEYS[6] (a refusal's is not: a batch resumed after a pause decides again); without it, a campaign
          only operators grant (meta's "grant" "1") answers -1, as a campaign Redis does not know
 
 Returns "<code>:<ledger_id>:<flags>" (one string: a table reply costs Redis ~1.3 us more; parsed by
@@ -146,7 +147,11 @@ else
     end
   end
   answer = code .. ':' .. ledger_id
-  if idem then
+  if grant then  -- only a grant is kept under its key: a refusal (paused, sold out) is decided again when sent again
+    if code == '0' then
+      call('SET', idem, answer .. ':' .. ARGV[3], 'PX', ARGV[11])
+    end
+  elseif idem then
     local keep = ARGV[11] + 0
     if code ~= '0' and keep > REFUSAL_KEEP_MS then
       keep = REFUSAL_KEEP_MS

@@ -12,6 +12,7 @@ urlpatterns = [
     path("", include("storefront.urls")),  # "/" the demo storefront; "dev/demo-shopper" only with demo tokens
     path("api/v1/", include([  # one prefix: a path outside it is not tried against every API route
         path("", include("campaigns.urls")), path("", include("orders.urls")), path("", include("coupons.urls")),
+        path("", include("grants.urls")),
     ])),
     path("", include("core.urls")),  # /healthz, /readyz, /metrics, /api/schema/, /api/docs/
     path("i18n/", include("django.conf.urls.i18n")),  # POST /i18n/setlang/: the language switch

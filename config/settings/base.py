@@ -72,6 +72,7 @@ INSTALLED_APPS = [
     "campaigns",
     "coupons",
     "orders",
+    "grants",
 ]
 
 MIDDLEWARE = [
@@ -222,6 +223,11 @@ COUPONS_CODE_MISSES_PER_IP_PER_MINUTE = env_int("COUPONS_CODE_MISSES_PER_IP_PER_
 # Campaign keys live until the campaign's end plus this grace (PEXPIREAT), long enough to drain the ledger.
 COUPONS_KEY_GRACE_SECONDS = env_int("COUPONS_KEY_GRACE_SECONDS", 7 * 86400)
 COUPONS_IDEMPOTENCY_TTL_SECONDS = 24 * 3600
+# Grants (grants/): the largest file `grant` and the admin's upload take (larger: refused before anything is
+# granted); the operator API keys that may call POST /api/v1/campaigns/{id}/grants (comma-separated: long random
+# strings; none: the route answers 401), an interim until storefront keys (docs/deployment.md).
+COUPONS_GRANTS_MAX_FILE_BYTES = env_int("COUPONS_GRANTS_MAX_FILE_BYTES", 64 * 1024 * 1024)
+COUPONS_SERVICE_API_KEYS = [key.strip() for key in (env("COUPONS_SERVICE_API_KEYS") or "").split(",") if key.strip()]
 # Ledger drain: entries per transaction, and how long a read entry may stay unacknowledged before another
 # worker takes it over (longer than any batch takes, so a slow worker is not robbed).
 COUPONS_DRAIN_BATCH = env_int("COUPONS_DRAIN_BATCH", 500)
@@ -300,6 +306,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "coupons.tasks.expiry_sweep",
         "schedule": 60.0,
         "options": {"expires": 120},
+    },
+    "grant-batches-sweep": {  # grants/: a batch whose runner died goes on (grants.tasks)
+        "task": "grants.tasks.grant_batches_sweep",
+        "schedule": 30.0,
+        "options": {"expires": 60},
     },
     "reconcile-campaigns": {
         "task": "orders.tasks.reconcile_campaigns",

@@ -11,15 +11,18 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 from django.db import connection, transaction
 from django.utils import timezone
 
 from campaigns.claim_settled import claims_changed
+from campaigns.models import Campaign
+from campaigns.money import to_minor
 from core.tracing import span
 
-from . import metrics
+from . import budget, metrics
 from .events_out import bulk_ctes
 from .models import Coupon, CouponEvent, CouponEventType, CouponStatus, SweepCursor
 from .replay import disagreements, fold
@@ -47,7 +50,7 @@ _EXPIRED_OUT = bulk_ctes("expired_out", event="expired", source="expired x", ali
 
 _LAPSE_SQL = f"""
 WITH due AS (
-    SELECT id, order_id, hold_until FROM {_COUPON}
+    SELECT id, order_id, hold_until, discount FROM {_COUPON}
     WHERE status = 'held' AND hold_until <= %(now)s AND (hold_until, id) > (%(after_at)s, %(after_id)s)
     ORDER BY hold_until, id
     LIMIT %(limit)s
@@ -66,7 +69,11 @@ WITH due AS (
 ){_LAPSED_OUT}
 SELECT (SELECT count(*) FROM lapsed), (SELECT count(*) FROM due),
        (SELECT hold_until FROM due ORDER BY hold_until DESC, id DESC LIMIT 1),
-       (SELECT id FROM due ORDER BY hold_until DESC, id DESC LIMIT 1)
+       (SELECT id FROM due ORDER BY hold_until DESC, id DESC LIMIT 1),
+       (SELECT json_agg(json_build_array(k.id, k.currency, g.amount::text)) FROM (
+            SELECT l.campaign_id, sum(d.discount) AS amount FROM lapsed l JOIN due d USING (id)
+            GROUP BY l.campaign_id) AS g
+        JOIN {Campaign._meta.db_table} k ON k.id = g.campaign_id AND k.budget IS NOT NULL)
 """
 
 # The UPDATE finds its rows by primary key (id = ANY of the locked ids): joined to the CTE instead, PostgreSQL
@@ -107,12 +114,17 @@ class SweepReport:
 
 
 def _run_batches(sql: str, params: dict[str, Any], deadline: float, report: SweepReport) -> tuple[int, bool]:
-    """Run a batch statement over a keyset until nothing is due; return (rows changed, finished)."""
+    """Run a batch statement over a keyset until nothing is due; return (rows changed, finished). A lapse
+    batch's fifth column, the discounts its holds gave up per budgeted campaign, goes back to their budgets once
+    the batch commits (coupons.budget)."""
     after_at, after_id, changed = _EPOCH, 0, 0
     while time.monotonic() < deadline:
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(sql, {**params, "after_at": after_at, "after_id": after_id, "limit": BATCH_SIZE})
-            done, seen, last_at, last_id = cursor.fetchone()
+            done, seen, last_at, last_id, *given = cursor.fetchone()
+            if given and given[0]:
+                budget.give_back_after_commit({campaign_id: to_minor(Decimal(amount), currency)
+                                               for campaign_id, currency, amount in given[0]})
         report.batches += 1
         changed += done
         if seen < BATCH_SIZE:

@@ -151,6 +151,8 @@ def _first_shared_use(campaign: Campaign, code: str, user_id: str, order: Order,
     inside a transaction writes its use alone, in it."""
     if campaign.audience == Audience.NEW:
         return None  # its check reads the shopper's other coupons under a lock of its own: _shared_use
+    if campaign.budget is not None:
+        return None  # its discount is taken from the budget before its coupon is written: _shared_use
     plan, answer = first_use
     now = timezone.now()
     valid_from, expires_at = campaign.coupon_validity(now)

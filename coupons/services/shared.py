@@ -7,6 +7,7 @@ from django.utils import timezone
 
 from campaigns.models import Campaign
 
+from .. import budget
 from ..codes import new_codes
 from ..events_out import coupon_event_out
 from ..hot_reads import use_family
@@ -33,7 +34,7 @@ def _shared_use(campaign: Campaign, user_id: str, order_id: str, decide: Decide,
     for _ in range(MAX_ATTEMPTS):
         taken: Coupon | None = None
         try:
-            with transaction.atomic():
+            with budget.kept(), transaction.atomic():  # a take of the budget given back if nothing stays
                 _lock(prefix)
                 family = use_family(user_id=user_id, campaign_id=campaign.pk, prefix=prefix)
                 now = timezone.now()

@@ -27,6 +27,7 @@ from core.db import prepared_cursor
 from core.errors import Unavailable
 from webhooks.outbox import delivery_trigger, outbox_ctes
 
+from .. import budget
 from ..events_out import OUT, coupon_event_payload
 from ..models import Coupon, CouponEvent, CouponEventType, CouponStatus
 from ..outcomes import UseOutcome, jsonable
@@ -123,6 +124,7 @@ def _transition(
     """
     if coupon.version == 1:  # its claim's settled record shows it as issued: PostgreSQL answers from this change on
         claims_changed([coupon.claim_id])
+    was = budget.holds(coupon.status, coupon.discount)
     # The UPDATE, its event and its webhook (in this transaction): one prepared statement (transition_write)
     if not transition_write(coupon, to=to, event=event, source=source, data=data, now=timezone.now(),
                             guard=guard or {}, fields=fields):
@@ -131,6 +133,7 @@ def _transition(
     coupon.version += 1
     for name, value in fields.items():
         setattr(coupon, name, value)
+    budget.given_back(coupon, was, budget.holds(to, coupon.discount))  # a release, a lapse: at the commit
     return True
 
 
@@ -161,7 +164,7 @@ Decide = Callable[[Coupon, datetime], "UseOutcome | None"]
 def _retrying(find: Callable[[], Coupon], decide: Decide) -> UseOutcome:
     """Run `decide(coupon)` on a fresh, settled read of the coupon until it is not beaten by a race."""
     for _ in range(MAX_ATTEMPTS):
-        with transaction.atomic():
+        with budget.kept(), transaction.atomic():
             coupon = find()
             now = timezone.now()
             if not coupon_settle(coupon=coupon, now=now):

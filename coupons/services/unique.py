@@ -7,6 +7,7 @@ from django.utils import timezone
 from campaigns.models import CampaignState
 from core.errors import NotFound
 
+from .. import budget
 from ..events_out import coupon_event_out
 from ..models import Coupon, CouponEvent, CouponEventType, UniqueCode
 from ..outcomes import UseCode, UseOutcome, refused
@@ -32,7 +33,7 @@ def _unique_use(code: str, user_id: str, decide: Decide, *, new_use: Order, sour
     campaign = row.campaign
     taken: Coupon | None = None
     try:
-        with transaction.atomic():
+        with budget.kept(), transaction.atomic():  # a take of the budget given back if nothing stays
             _lock(_unique_uses_lock(campaign.pk, user_id))
             if Coupon.objects.filter(campaign=campaign, user_id=user_id).count() >= campaign.per_user_limit:
                 return refused(UseCode.LIMIT_REACHED)

@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from campaigns.claim_settled import claims_changed
 
+from .. import budget
 from ..models import Coupon, CouponEvent, CouponEventType, CouponStatus
 from ..outcomes import UseCode, UseOutcome, done, jsonable, refused
 from ..selectors import coupons_due
@@ -50,8 +51,9 @@ def coupon_redeem(*, user_id: str, code: str, order: Order, source: str = "api")
         change = redeem_change(coupon, now)
         if isinstance(change, UseOutcome):
             return change
-        if not _transition(coupon, source=source, **change.arguments()):
-            return None
+        written = _use_written(coupon, change, source)
+        if not written or isinstance(written, UseOutcome):
+            return written or None
         return _redeemed(coupon)
 
     def redeem_change(coupon: Coupon, now: datetime, others: tuple[Coupon, ...] | None = None) -> UseOutcome | Change:
@@ -68,6 +70,20 @@ def coupon_redeem(*, user_id: str, code: str, order: Order, source: str = "api")
 
     return _code_used(code, user_id, order.order_id, decide, new_use=order, first_use=(redeem_change, _redeemed),
                       source=source)
+
+
+def _use_written(coupon: Coupon, change: Change, source: str) -> UseOutcome | bool:
+    """Write a reserve's or redeem's change, its discount taken from the campaign's budget first (coupons.budget,
+    nothing for a campaign without one): True written, False beaten by a race (nothing changed, nothing kept), or
+    the budget's refusal (22)."""
+    discount = change.fields["discount"]
+    refusal = budget.take(coupon, discount)
+    if refusal is not None:
+        return refusal
+    if not _transition(coupon, source=source, **change.arguments()):
+        budget.untake(coupon, discount)
+        return False
+    return True
 
 
 def _redeemed(coupon: Coupon) -> UseOutcome:
@@ -93,8 +109,9 @@ def coupon_reserve(
         change = reserve_change(coupon, now)
         if isinstance(change, UseOutcome):
             return change
-        if not _transition(coupon, source=source, **change.arguments()):
-            return None
+        written = _use_written(coupon, change, source)
+        if not written or isinstance(written, UseOutcome):
+            return written or None
         return _reserved(coupon)
 
     def reserve_change(coupon: Coupon, now: datetime, others: tuple[Coupon, ...] | None = None) -> UseOutcome | Change:

@@ -224,7 +224,7 @@ def shopper_id(request: HttpRequest) -> str:
 
 def authenticated_user(meta: Mapping[str, Any]) -> str:
     """shopper_id() on a WSGI environ."""
-    user_id = authenticate(meta.get("HTTP_X_USER_ID"), meta.get("HTTP_X_TOKEN"))
+    user_id = authenticate(meta.get("HTTP_X_USER_ID"), meta.get("HTTP_X_TOKEN"), tags=meta.get("HTTP_X_SHOPPER_TAGS"))
     if user_id is None:
         raise Unauthenticated()
     return user_id

@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 STATUS_PATH = re.compile(r"/api/v1/claims/([^/]+)")
 # Every environ key the checks read (the Host; core.http.authenticated_user; the request id), by raw name.
 STATUS_ENVIRON_KEYS = {b"host": "HTTP_HOST", b"x-user-id": "HTTP_X_USER_ID", b"x-token": "HTTP_X_TOKEN",
-                       b"x-request-id": "HTTP_X_REQUEST_ID"}
+                       b"x-shopper-tags": "HTTP_X_SHOPPER_TAGS", b"x-request-id": "HTTP_X_REQUEST_ID"}
 
 
 class ClaimStatusDoor:

@@ -79,3 +79,49 @@ def test_token_signed_with_another_secret_is_refused() -> None:
 def test_mint_token_refuses_a_ttl_beyond_the_maximum() -> None:
     with pytest.raises(ValueError):
         mint_token("alice", ttl=3601)
+
+
+def test_a_token_signed_with_tags_is_the_contracts_hmac_of_user_expires_and_tags() -> None:
+    with override_settings(COUPONS_TOKEN_SECRET="s3cret"):
+        expected = hmac.new(b"s3cret", b"alice.1764470000.vip,gold", hashlib.sha256).hexdigest()
+        assert token_signature("alice", 1764470000, "vip,gold") == expected
+        assert token_signature("alice", 1764470000) != expected
+
+
+def test_tags_authenticate_only_with_the_header_the_token_was_signed_with() -> None:
+    tagged = mint_token("alice", ttl=60, tags="vip,gold")
+    assert authenticate("alice", tagged, tags="vip,gold") == "alice"
+    assert authenticate("alice", tagged) is None  # the header dropped
+    assert authenticate("alice", tagged, tags="vip") is None  # a tag dropped
+    assert authenticate("alice", tagged, tags="gold,vip") is None  # not as sent
+    plain = mint_token("alice", ttl=60)
+    assert authenticate("alice", plain) == "alice"
+    assert authenticate("alice", plain, tags="vip") is None  # a tag added to a token signed without
+
+
+@pytest.mark.parametrize("tags", ["", "VIP", "vip, gold", "vip,", ",vip", "a" * 33, ",".join(["t"] * 11), "v\u00edp",
+                                  "vip;gold"])
+def test_tags_outside_the_contract_are_refused_even_with_a_matching_signature(tags: str) -> None:
+    expires = int(time.time()) + 60
+    assert authenticate("alice", f"{expires}.{token_signature('alice', expires, tags)}", tags=tags) is None
+    with pytest.raises(ValueError):
+        mint_token("alice", ttl=60, tags=tags)
+
+
+def test_ten_tags_of_32_characters_are_accepted() -> None:
+    tags = ",".join(f"{i}" * 32 for i in range(10))
+    assert authenticate("alice", mint_token("alice", ttl=60, tags=tags), tags=tags) == "alice"
+
+
+@pytest.mark.django_db
+def test_a_shopper_route_takes_a_tagged_token_only_with_its_tags_header() -> None:
+    from django.test import Client
+
+    token = mint_token("alice", ttl=60, tags="vip")
+    headers = {"HTTP_X_USER_ID": "alice", "HTTP_X_TOKEN": token, "HTTP_HOST": "localhost"}
+    client = Client()
+    assert client.get("/api/v1/me/coupons", **headers, HTTP_X_SHOPPER_TAGS="vip").status_code == 200
+    for tags in ({}, {"HTTP_X_SHOPPER_TAGS": "gold"}, {"HTTP_X_SHOPPER_TAGS": "vip,gold"}):
+        refused = client.get("/api/v1/me/coupons", **headers, **tags)
+        assert refused.status_code == 401
+        assert refused.json()["status"] == "unauthenticated"

@@ -20,6 +20,7 @@ from django.utils.translation import gettext_lazy as _
 from core.errors import ApplicationError
 from core.i18n import StrOrPromise
 from coupons.admin import generate_unique_codes, import_unique_codes
+from coupons.budget import figures as budget_figures
 from coupons.extension import check_days, validity_extension_apply, validity_extension_begin
 from orders import ledger
 from orders.reconciliation import campaign_reconcile
@@ -48,7 +49,8 @@ LIVE_LOCKED = ["kind", "code", "buckets",
                "max_discount", "min_spend", "currency", "valid_from", "valid_until", "valid_days", "audience",
                # the scope and stacking too: coupons held already were priced on them (their stored shares)
                "include_categories", "exclude_categories", "include_skus", "exclude_skus", "min_quantity",
-               "exclusive", "combinable_with", "order_cap"]
+               "exclusive", "combinable_with", "order_cap",
+               "budget"]  # its money left is in Redis (coupons/budget.py)
 
 
 class StateFilter(admin.SimpleListFilter):
@@ -167,7 +169,7 @@ class CampaignAdmin(CampaignReportMixin):
                                "the uses per shopper (without a shared code: unique codes, generated or "
                                "imported).")}),
         (_("Coupon rule"), {"fields": ["discount_type", "discount_value", "max_discount", "min_spend", "currency",
-                                    "valid_from", "valid_until", "valid_days", "audience"]}),
+                                    "valid_from", "valid_until", "valid_days", "audience", "budget"]}),
         (_("Scope and stacking"), {
             "fields": ["include_categories", "include_skus", "exclude_categories", "exclude_skus", "min_quantity",
                        "exclusive", "combinable_with", "order_cap"],
@@ -262,7 +264,8 @@ class CampaignAdmin(CampaignReportMixin):
         return super().change_view(request, object_id, form_url, extra_context=extra)
 
     def _live_panel(self, campaign: Campaign) -> dict:
-        """The change page's live figures: Redis remaining, claims/s, ledger backlog, last reconciliation."""
+        """The change page's live figures: Redis remaining, claims/s, ledger backlog, last reconciliation, a
+        budget's money used and left."""
         try:
             remaining = remaining_of([campaign])[campaign.pk]
             backlog: int | str = ledger.backlog_sizes([campaign.pk]).get(campaign.pk, 0)
@@ -273,6 +276,7 @@ class CampaignAdmin(CampaignReportMixin):
             "remaining": remaining,
             "backlog": backlog,
             "per_second": claims_per_second(campaign),
+            "budget": budget_figures(campaign),  # None: no budget
             "reconciliation": latest_reconciliations([campaign.pk]).get(campaign.pk),
             "events": CampaignEvent.objects.filter(campaign=campaign).order_by("-id")[:10],
             "chart": burndown_svg(total=campaign.total_stock, start=timeline.start,

@@ -198,28 +198,29 @@ def reset(campaign: Campaign) -> int:
 
 @dataclass(frozen=True)
 class BudgetFigures:
-    """A budgeted campaign's money: its budget, what its coupons hold (PostgreSQL), what Redis has left (None:
-    none held or Redis unreachable), in the campaign's currency."""
+    """A budgeted campaign's money, in its currency: its budget, what its coupons use (the discounts of the held
+    and redeemed ones, PostgreSQL) and what is left (Redis's; the budget less what is used when Redis holds none
+    or does not answer)."""
 
     budget: Decimal
     used: Decimal
-    left: Decimal | None
+    left: Decimal
 
     def as_json(self) -> dict[str, Any]:
-        return {"budget": str(self.budget), "used": str(self.used),
-                "left": None if self.left is None else str(self.left)}
+        return {"budget": str(self.budget), "used": str(self.used), "left": str(self.left)}
 
 
 def figures(campaign: Campaign) -> BudgetFigures | None:
-    """The campaign's budget figures (None: no budget); what is left is Redis's when it answers."""
+    """The campaign's budget figures (None: no budget)."""
     if campaign.budget is None:
         return None
     try:
         units = budget_left_many([campaign.pk]).get(campaign.pk)
     except StoreUnavailable:
         units = None
-    left = None if units is None else from_minor(units, campaign.currency)
-    return BudgetFigures(budget=campaign.budget, used=used(campaign), left=left)
+    spent = used(campaign)
+    left = campaign.budget - spent if units is None else from_minor(units, campaign.currency)
+    return BudgetFigures(budget=campaign.budget, used=spent, left=left)
 
 
 # -- campaign.budget_exhausted ---------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from campaigns.models import Campaign
 from campaigns.rebuild import ClaimRecords, RepairBusy, campaign_repair_lock, campaign_state_rebuild
 from campaigns.redis_state import split_ref
 from campaigns.services import campaign_preheat
+from coupons.budget import load as budget_load
 from coupons.services import held_uses
 
 from .drain import drain_campaign
@@ -29,12 +30,15 @@ def campaign_rebuild(*, campaign: Campaign) -> int:
     """Rebuild a campaign's lost Redis state from PostgreSQL and return the stock it now has.
 
     Drains whatever the ledger still holds first (taking over every unacknowledged entry), so that no
-    claim Redis accepted is forgotten, then loads per-user counts, the stream's last id and the stock.
+    claim Redis accepted is forgotten, then loads per-user counts, the stream's last id and the stock; a budget
+    Redis lost is loaded from PostgreSQL (the budget less the discounts of its held and redeemed coupons).
     One at a time per campaign (RepairBusy otherwise).
     """
     with campaign_repair_lock(campaign.pk) as taken:
         if not taken:
             raise RepairBusy()
+        if campaign.budget is not None:  # what is left of its budget, from its coupons' discounts (a lost one)
+            budget_load(campaign)
         try:
             return campaign_preheat(campaign=campaign).remaining
         except CampaignStateLost:

@@ -5,6 +5,7 @@ Repairs go only in the safe direction:
 - a campaign whose Redis state is gone is rebuilt from PostgreSQL (sales answer 503 meanwhile);
 - a per-user count is set to the number of that shopper's claims (compare-and-set: never over a change);
 - a stock above total - claims + restocked is lowered to it (compare-and-set);
+- a budget's money left above its budget less the discounts used is lowered to it (compare-and-set);
 - of a campaign split into buckets: a move of stock between buckets cut in half is finished (received once),
   and each bucket's stock above its share - its claims + its restocked is lowered to it.
 A stock below that, or anything else, is reported and left alone: raising it could sell a coupon twice.
@@ -13,13 +14,16 @@ from __future__ import annotations
 
 import logging
 from datetime import timedelta
+from decimal import Decimal
 
 from django.conf import settings
 from django.utils import timezone
 
 from campaigns import redis_state
 from campaigns.models import Campaign
+from campaigns.money import to_minor
 from campaigns.rebuild import campaign_repair_lock
+from campaigns.redis_state.budget import budget_key
 from coupons.services import code_uses_give_back_orphans
 
 from .cancel import persist_cancelled_entry
@@ -107,6 +111,12 @@ def _repair(campaign: Campaign, balance: Balance) -> list[str]:
                 new=max(seen + drift, 0)):
             repairs.append(f"lowered bucket {bucket}'s stock from {seen} to {max(seen + drift, 0)} (its share - "
                            "its claims)")
+    if balance.money_drift < 0 and balance.money is not None and balance.money["left"] is not None:
+        seen = to_minor(Decimal(balance.money["left"]), campaign.currency)  # Redis could pay beyond the budget
+        if redis_state.compare_and_set(key=budget_key(campaign.pk), field=None, expected=seen,
+                                       new=seen + balance.money_drift):
+            repairs.append(f"lowered the budget left from {balance.money['left']} to the budget less the "
+                           "discounts used")
     if campaign.buckets > 1:
         return repairs  # its total drift is its buckets' (above), or a move in transit
     if balance.remaining is not None and balance.drift is not None and balance.drift < 0:

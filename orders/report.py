@@ -5,7 +5,8 @@ Figures: claims (claim rows, by the day Redis accepted them; codes campaigns hav
 redeemed (redemptions made, a confirmed hold counts once), released (releases and lapsed holds: the coupon usable
 again), expired, revoked, and the discount given (the redemptions' discounts less those of redemptions released
 afterwards, on the day of the release). Totals add redeemed_net (redemptions not released since: the coupons
-redeemed now) and the redemption rate, redeemed_net / issued. They agree with verify_campaign: claims ==
+redeemed now) and the redemption rate, redeemed_net / issued; a budgeted campaign's report its budget, used (the
+discounts of its held and redeemed coupons) and left. They agree with verify_campaign: claims ==
 Balance.claims once the ledger is drained, issued == Balance.coupons, revoked >= Balance.restocked.
 """
 from __future__ import annotations
@@ -22,6 +23,8 @@ from django.conf import settings
 from django.db import connection
 
 from campaigns.models import Campaign
+from coupons.budget import BudgetFigures
+from coupons.budget import figures as budget_figures
 from coupons.models import CouponEvent
 
 from .models import Claim
@@ -53,6 +56,7 @@ class Report:
     currency: str
     time_zone: str
     days: list[Day] = field(default_factory=list)
+    budget: BudgetFigures | None = None  # a budgeted campaign's money: budget, used and left (coupons/budget.py)
 
     def total(self) -> Day:
         whole = Day(day=self.days[0].day if self.days else date.today())
@@ -79,6 +83,7 @@ class Report:
             "days": [_row(d) for d in self.days],
             "totals": {**{k: v for k, v in _row(total).items() if k != "day"}, "redeemed_net": self.redeemed_net,
                        "redemption_rate": str(self.redemption_rate)},
+            **({"budget": self.budget.as_json()} if self.budget is not None else {}),
         }
 
 
@@ -131,10 +136,11 @@ def campaign_report(*, campaign: Campaign) -> Report:
     for row in days.values():
         row.discount = row.discount.quantize(Decimal("0.01"))
     return Report(campaign_id=campaign.pk, name=campaign.name, currency=campaign.currency, time_zone=tz,
-                  days=[days[d] for d in sorted(days)])
+                  days=[days[d] for d in sorted(days)], budget=budget_figures(campaign))
 
 
 TOTAL_ONLY_COLUMNS = ("redeemed_net", "redemption_rate")  # the total row's (JSON: "totals"); empty on a day's
+BUDGET_COLUMNS = ("budget", "budget_used", "budget_left")  # a budgeted campaign's total row's (JSON: "budget")
 
 
 def report_csv_lines(report: Report) -> Iterator[str]:
@@ -149,9 +155,12 @@ def report_csv_lines(report: Report) -> Iterator[str]:
         writer.writerow(values)
         return out.getvalue()
 
-    yield line([*COLUMNS, *TOTAL_ONLY_COLUMNS])
+    money = report.budget.as_json() if report.budget is not None else None
+    totals_only = (*TOTAL_ONLY_COLUMNS, *(BUDGET_COLUMNS if money else ()))
+    yield line([*COLUMNS, *totals_only])
     for day in report.days:
         row = _row(day)
-        yield line([*(row[c] for c in COLUMNS), *("" for _ in TOTAL_ONLY_COLUMNS)])
+        yield line([*(row[c] for c in COLUMNS), *("" for _ in totals_only)])
     total = _row(report.total())
-    yield line(["total", *[total[c] for c in COLUMNS[1:]], report.redeemed_net, str(report.redemption_rate)])
+    yield line(["total", *[total[c] for c in COLUMNS[1:]], report.redeemed_net, str(report.redemption_rate),
+                *([money["budget"], money["used"], money["left"]] if money else [])])

@@ -13,6 +13,9 @@ from django.utils import timezone
 
 from campaigns import redis_state
 from campaigns.models import Campaign
+from campaigns.money import from_minor, to_minor
+from campaigns.redis_state.budget import budget_left_many
+from coupons import budget
 from coupons.models import Coupon, CouponEvent
 from coupons.services import held_uses
 
@@ -50,6 +53,11 @@ class Balance:
     # A codes campaign's uses taken in Redis whose coupon PostgreSQL does not hold (in flight, or a request
     # that died between the take and its coupon): what reconciliation gives back.
     orphan_takes: list[str] = field(default_factory=list, repr=False)
+    # A budgeted campaign's money (coupons/budget.py), in its currency: "budget", "used" (the discounts of its held
+    # and redeemed coupons), "left" (Redis's; None: not loaded, the next use loads it); money_drift, in minor
+    # units: budget - left - used (> 0 taken in Redis without a coupon holding it, < 0 Redis could overspend).
+    money: dict[str, str | None] | None = None
+    money_drift: int = 0
 
     @property
     def claims(self) -> int:
@@ -138,16 +146,43 @@ def _persisted_side(campaign: Campaign, snap: ledger.LedgerSnapshot) -> _Persist
 
 
 def campaign_verify(*, campaign: Campaign) -> Balance:
-    """Compute both sides of the campaign's balance from one consistent cut of Redis, then PostgreSQL.
+    """Compute both sides of the campaign's balance from one consistent cut of Redis, then PostgreSQL; of a
+    budgeted campaign, its money too (budget == left in Redis + the discounts its coupons hold).
 
-    Exact under load: only claims Redis had issued at the moment of the cut are counted from PostgreSQL.
+    Exact under load: only claims Redis had issued at the moment of the cut are counted from PostgreSQL. The money
+    is exact when no use is running (a use takes in Redis before its commit).
     """
     if campaign.is_codes:
-        return codes_verify(campaign=campaign)
-    cut = ledger.campaign_snapshot(campaign.pk, campaign.buckets)
-    if campaign.buckets == 1:
-        return _bucket_verify(campaign, cut.buckets[0])
-    return _sum_of_buckets(campaign, cut)
+        balance = codes_verify(campaign=campaign)
+    else:
+        cut = ledger.campaign_snapshot(campaign.pk, campaign.buckets)
+        balance = _bucket_verify(campaign, cut.buckets[0]) if campaign.buckets == 1 else _sum_of_buckets(campaign, cut)
+    if campaign.budget is not None:
+        _money_verify(campaign, balance)
+    return balance
+
+
+def _money_verify(campaign: Campaign, balance: Balance) -> None:
+    """The campaign's money: its budget == what Redis has left + the discounts of its held and redeemed coupons."""
+    assert campaign.budget is not None
+    currency = campaign.currency
+    units = budget_left_many([campaign.pk])[campaign.pk]  # Redis first: a take precedes its coupon's commit
+    used = budget.used(campaign)
+    balance.money = {"budget": str(campaign.budget), "used": str(used),
+                     "left": None if units is None else str(from_minor(units, currency))}
+    if used > campaign.budget:
+        balance.problems.append(f"the discounts of held and redeemed coupons ({used}) exceed the budget "
+                                f"({campaign.budget})")
+    if units is None:
+        return  # not in Redis: the next use loads it from PostgreSQL
+    balance.money_drift = to_minor(campaign.budget, currency) - units - to_minor(used, currency)
+    drift = from_minor(abs(balance.money_drift), currency)
+    if balance.money_drift > 0:
+        balance.problems.append(f"budget: {drift} taken in Redis that no held or redeemed coupon holds (a use "
+                                "running, or a give-back that failed): left unspent")
+    elif balance.money_drift < 0:
+        balance.problems.append(f"budget: Redis has {drift} more left than the budget less the discounts used: it "
+                                "could pay beyond the budget (reconcile --repair lowers it)")
 
 
 def _sum_of_buckets(campaign: Campaign, cut: ledger.CampaignSnapshot) -> Balance:

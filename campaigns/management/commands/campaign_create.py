@@ -14,7 +14,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from campaigns.models import SCOPE_LISTS, Audience, CampaignKind, DiscountType
-from campaigns.money import AMOUNT_PLACES, MINOR_UNITS
+from campaigns.money import AMOUNT_PLACES, AMOUNT_RE, MINOR_UNITS
 from campaigns.services import campaign_create
 from core.commands import OperatorCommand
 from core.errors import ApplicationError
@@ -54,12 +54,15 @@ def parse_money(text: str | None, *, flag: str) -> Decimal | None:
 
 
 def parse_budget(text: str | None, currency: str) -> Decimal | None:
-    """--budget: an amount > 0 in the campaign's currency (at most its decimals, 12 digits before the point)."""
-    budget = parse_money(text, flag="--budget")
-    if budget is None:
+    """--budget: an amount > 0 in the campaign's currency, as plain decimal text (no sign, no exponent; at most its
+    decimals, 12 digits before the point)."""
+    if text is None:
         return None
+    budget = parse_money(text, flag="--budget")
+    assert budget is not None
     places = MINOR_UNITS.get(currency, AMOUNT_PLACES)
-    if budget <= 0 or budget.as_tuple().exponent < -places or budget >= BUDGET_BOUND:  # type: ignore[operator]
+    if (AMOUNT_RE.fullmatch(text) is None or budget <= 0 or budget >= BUDGET_BOUND
+            or budget.as_tuple().exponent < -places):  # type: ignore[operator]
         raise CommandError(gettext("%(flag)s: an amount > 0 in %(currency)s, with at most %(places)s decimals and "
                                    "12 digits before the point, got %(text)s")
                            % {"flag": "--budget", "currency": currency, "places": places, "text": repr(text)})

@@ -39,6 +39,9 @@ def balance_lines(b: Balance) -> list[str]:
                        "%(parked)s")
         % {"coupons": b.coupons, "issued": b.issued_claims, "over": len(b.users_over_limit),
            "drift": len(b.users_drift), "parked": b.parked},
+        *(["  " + gettext("budget %(budget)s = left in Redis %(left)s + used (held and redeemed) %(used)s")
+            % {"budget": b.money["budget"], "left": b.money["left"] or gettext("not loaded"), "used": b.money["used"]}]
+          if b.money else []),
         *["  " + gettext("problem: %(problem)s") % {"problem": p} for p in b.problems],
         gettext("BALANCED") if b.balanced else gettext("NOT BALANCED"),
     ]

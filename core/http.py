@@ -1,5 +1,6 @@
 """HTTP helpers every way in shares: the contract's JSON answers, ids, Idempotency-Key, JSON object bodies,
-the client's address and the shopper's token, each checked from a WSGI environ (Django's request.META is one)."""
+the client's address and the shopper's token, each checked from a WSGI environ (Django's request.META is one) or,
+for a door that reads a request's headers itself (the claim's: orders/door.py), from the headers' values."""
 from __future__ import annotations
 
 import ipaddress
@@ -72,7 +73,11 @@ def idempotency_key(request: HttpRequest, *, required: bool = False) -> str | No
 
 def idempotency_key_of(meta: Mapping[str, Any], *, required: bool = False) -> str | None:
     """idempotency_key() on a WSGI environ."""
-    key = meta.get("HTTP_IDEMPOTENCY_KEY")
+    return idempotency_key_in(meta.get("HTTP_IDEMPOTENCY_KEY"), required=required)
+
+
+def idempotency_key_in(key: str | None, *, required: bool = False) -> str | None:
+    """idempotency_key() of the header's value (None: absent)."""
     if key is None:
         if required:
             raise BadRequest("An Idempotency-Key header is required.")
@@ -90,12 +95,19 @@ def json_object_body(request: HttpRequest, *, allow_empty: bool = True) -> dict[
 def json_object_of(meta: Mapping[str, Any], read_body: Callable[[], bytes], *, allow_empty: bool = True
                    ) -> dict[str, Any]:
     """json_object_body() on a WSGI environ and a function that reads the body (called once, if at all)."""
-    length = declared_length(meta.get("CONTENT_LENGTH") or "0")
+    return json_object_in(meta.get("CONTENT_LENGTH"), meta.get("HTTP_TRANSFER_ENCODING"), meta.get("CONTENT_TYPE"),
+                          read_body, allow_empty=allow_empty)
+
+
+def json_object_in(content_length: str | None, transfer_encoding: str | None, content_type: str | None,
+                   read_body: Callable[[], bytes], *, allow_empty: bool = True) -> dict[str, Any]:
+    """json_object_of() of the headers' values (None: absent)."""
+    length = declared_length(content_length or "0")
     if length is None:
         raise BadRequest("Bad Content-Length.")
     if length > MAX_BODY_BYTES:
         raise PayloadTooLarge()
-    if length == 0 and "chunked" not in (meta.get("HTTP_TRANSFER_ENCODING") or "").lower():
+    if length == 0 and "chunked" not in (transfer_encoding or "").lower():
         return {}  # nothing to read (the common claim: no body at all)
     try:
         raw = read_body()
@@ -107,7 +119,7 @@ def json_object_of(meta: Mapping[str, Any], read_body: Callable[[], bytes], *, a
         if allow_empty:
             return {}
         raise BadRequest("A JSON object body is required.")
-    content_type = meta.get("CONTENT_TYPE") or ""
+    content_type = content_type or ""
     if content_type != "application/json":  # the usual one needs no normalizing
         if content_type.split(";")[0].strip().lower() not in ("application/json", ""):
             raise UnsupportedMediaType()
@@ -130,6 +142,11 @@ _proxies: tuple[tuple[str, ...], list[Any]] | None = None
 def from_trusted_proxy(meta: Mapping[str, Any]) -> bool:
     """True when the connection comes from a proxy the settings trust (COUPONS_TRUSTED_PROXY_HOPS > 0 and the
     peer in COUPONS_TRUSTED_PROXIES): only then do its forwarded headers say anything."""
+    return trusted_proxy(meta.get("REMOTE_ADDR"))
+
+
+def trusted_proxy(peer_address: str | None) -> bool:
+    """from_trusted_proxy() of the peer's address (REMOTE_ADDR)."""
     global _proxies
     if settings.COUPONS_TRUSTED_PROXY_HOPS <= 0:
         return False
@@ -137,7 +154,7 @@ def from_trusted_proxy(meta: Mapping[str, Any]) -> bool:
     if _proxies is None or _proxies[0] != configured:
         _proxies = configured, [ipaddress.ip_network(n, strict=False) for n in configured]
     try:
-        peer = ipaddress.ip_address(meta.get("REMOTE_ADDR") or "")
+        peer = ipaddress.ip_address(peer_address or "")
     except ValueError:
         return False
     return any(peer in network for network in _proxies[1])
@@ -201,10 +218,15 @@ def client_ip(meta: Mapping[str, Any]) -> str | None:
     (normalized; an IPv4-mapped IPv6 one too); an IPv6 address is its /64 ("2001:db8:1:2::/64"), since a client
     that could take a fresh address of its /64 for each request would escape every limit. The proxy keys its
     own limits the same way (deploy/nginx/). None when it is not an address."""
+    return client_address(meta.get("REMOTE_ADDR"), meta.get("HTTP_X_FORWARDED_FOR"))
+
+
+def client_address(peer_address: str | None, forwarded_for: str | None) -> str | None:
+    """client_ip() of the peer's address (REMOTE_ADDR) and the X-Forwarded-For header's value."""
     hops = settings.COUPONS_TRUSTED_PROXY_HOPS
-    candidate = meta.get("REMOTE_ADDR")
-    if hops > 0 and from_trusted_proxy(meta):
-        forwarded = [part.strip() for part in (meta.get("HTTP_X_FORWARDED_FOR") or "").split(",") if part.strip()]
+    candidate = peer_address
+    if hops > 0 and trusted_proxy(peer_address):
+        forwarded = [part.strip() for part in (forwarded_for or "").split(",") if part.strip()]
         candidate = forwarded[-hops] if len(forwarded) >= hops else None
     try:
         address = ipaddress.ip_address(candidate) if candidate else None
@@ -224,7 +246,12 @@ def shopper_id(request: HttpRequest) -> str:
 
 def authenticated_user(meta: Mapping[str, Any]) -> str:
     """shopper_id() on a WSGI environ."""
-    user_id = authenticate(meta.get("HTTP_X_USER_ID"), meta.get("HTTP_X_TOKEN"), tags=meta.get("HTTP_X_SHOPPER_TAGS"))
+    return shopper_of(meta.get("HTTP_X_USER_ID"), meta.get("HTTP_X_TOKEN"), meta.get("HTTP_X_SHOPPER_TAGS"))
+
+
+def shopper_of(user_id_header: str | None, token: str | None, tags_header: str | None = None) -> str:
+    """shopper_id() of the X-User-Id, X-Token and X-Shopper-Tags headers' values (None: absent)."""
+    user_id = authenticate(user_id_header, token, tags=tags_header)
     if user_id is None:
         raise Unauthenticated()
     return user_id

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Coroutine, Mapping
-from typing import Any, NamedTuple
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 from drf_spectacular.types import OpenApiTypes
@@ -15,7 +15,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from campaigns.redis_state import ClaimFlow
+from campaigns.redis_state import ClaimFlow, ClaimOutcome
 from core.api import (
     ShopperApi,
     ShopperTokenAuthentication,
@@ -27,15 +27,15 @@ from core.api import (
 from core.errors import ApplicationError, BadRequest, NotFound, unavailable_of
 from core.hot import hot
 from core.http import (
-    authenticated_user,
+    application_error_response,
     body_of,
-    client_ip,
-    error_body,
+    client_address,
     idempotency_key,
-    idempotency_key_of,
-    json_object_of,
+    idempotency_key_in,
+    json_object_in,
     json_response,
     parse_id,
+    shopper_of,
 )
 from core.logs import log_fields
 from core.tracing import span
@@ -45,7 +45,7 @@ from coupons.services import is_code_use_id
 
 from . import ledger
 from .cancel import claim_cancel
-from .claim import ClaimOutcome, claim_in_redis, claim_in_redis_async, known_sold_out
+from .claim import claim_in_redis, claim_in_redis_async, known_sold_out
 from .claim_status import WAIT_MAX_SECONDS, claim_status, status_request_of
 from .metrics import CLAIM_TALLY
 from .models import ClaimStatus
@@ -54,66 +54,59 @@ log = logging.getLogger(__name__)
 REPLAYED = {"Idempotent-Replayed": "true"}
 
 
-Answer3 = tuple[int, dict[str, Any], dict[str, str]]
-
-
-class ClaimRequest(NamedTuple):  # in claim_in_redis()'s order: claim_in_redis(*request)
-    campaign_id: int
-    user_id: str
-    idempotency_key: str | None
-    client_ip: str | None
-
-
-def claim_answer(meta: Mapping[str, Any], campaign_id_text: str, read_body: Callable[[], bytes]) -> Answer3:
-    """Answer a claim request: (HTTP status, JSON body, extra headers), the script run on this thread (the
-    Django view). `meta` is the WSGI environ (Django's request.META is the same mapping)."""
+def claim_answer(meta: Mapping[str, Any], campaign_id_text: str, read_body: Callable[[], bytes]
+                 ) -> ClaimOutcome | ApplicationError:
+    """Answer a claim request on this thread (Django's view): its outcome, or the refusal to answer (counted,
+    traced, logged). `meta` is the WSGI environ (Django's request.META): the headers the door reads
+    (orders.door.CLAIM_HEADER_NAMES), by their environ keys."""
     started = time.perf_counter()
-    request = claim_decided_or_request(meta, campaign_id_text, read_body, started)
-    if not isinstance(request, ClaimRequest):
-        return request
-    with _Claiming(request, started) as claiming:
+    flow = claim_decided_or_flow(
+        campaign_id_text, meta.get("HTTP_X_USER_ID"), meta.get("HTTP_X_TOKEN"), meta.get("HTTP_IDEMPOTENCY_KEY"),
+        meta.get("CONTENT_LENGTH"), meta.get("HTTP_TRANSFER_ENCODING"), meta.get("CONTENT_TYPE"),
+        meta.get("REMOTE_ADDR"), meta.get("HTTP_X_FORWARDED_FOR"), read_body, started)
+    if type(flow) is not ClaimFlow:
+        return flow  # type: ignore[return-value]
+    with _Claiming(flow, started) as claiming:
         try:
-            return claiming.answered(claim_in_redis(ClaimFlow(*request)))
+            return claiming.answered(claim_in_redis(flow))
         except ApplicationError as exc:
             return claiming.refused(exc)
         except Exception as exc:
             return claiming.refused(claiming.store_failure(exc))
 
 
-def claim_answer_now(meta: Mapping[str, Any], campaign_id_text: str, body: bytes
-                     ) -> Answer3 | Coroutine[Any, Any, Answer3]:
-    """claim_answer() on an event loop: the answer itself when it is decided without Redis (a refusal, a
-    campaign this process knows is sold out), else a coroutine that runs the script (claim_in_redis_async)."""
-    started = time.perf_counter()
-    request = claim_decided_or_request(meta, campaign_id_text, lambda: body, started)
-    if not isinstance(request, ClaimRequest):
-        return request
-    return _claim_on_loop(request, started)
-
-
-async def _claim_on_loop(request: ClaimRequest, started: float) -> Answer3:
-    with _Claiming(request, started) as claiming:
+async def claim_on_loop(flow: ClaimFlow, started: float) -> ClaimOutcome | ApplicationError:
+    """claim_answer() past its checks on an event loop (the door): the script through the loop's pipelined client
+    (claim_in_redis_async)."""
+    with _Claiming(flow, started) as claiming:
         try:
-            return claiming.answered(await claim_in_redis_async(ClaimFlow(*request)))
+            return claiming.answered(await claim_in_redis_async(flow))
         except ApplicationError as exc:
             return claiming.refused(exc)
         except Exception as exc:
             return claiming.refused(claiming.store_failure(exc))
 
 
-def claim_decided_or_request(meta: Mapping[str, Any], campaign_id_text: str, read_body: Callable[[], bytes],
-                             started: float) -> Answer3 | ClaimRequest:
-    """The first half of every claim, whoever runs the script: the checked request, or the answer when it is
-    decided already (a refusal, or this process's sold-out flag: nothing to trace, nothing logs). The one place
-    a claim asks known_sold_out(): the second half (claim_in_redis, its async twin) goes to Redis."""
+def claim_decided_or_flow(campaign_id_text: str, user_id: str | None, token: str | None, key: str | None,
+                          content_length: str | None, transfer_encoding: str | None, content_type: str | None,
+                          peer_address: str | None, forwarded_for: str | None, read_body: Callable[[], bytes],
+                          started: float) -> ClaimOutcome | ApplicationError | ClaimFlow:
+    """The first half of every claim, whichever door (each passes the values of the headers it read: absent,
+    None): the checked claim, its flow, or the answer when it is decided already (a refusal, or this process's
+    sold-out flag: nothing to trace, nothing logs). The one place a claim asks known_sold_out(): the second half
+    (claim_in_redis, its async twin) goes to Redis. CampaignClaimApi documents what it reads."""
     try:
-        request = claim_request_of(meta, campaign_id_text, read_body)
+        shopper = shopper_of(user_id, token)
+        campaign = parse_id(campaign_id_text)
+        idempotency_key = idempotency_key_in(key)
+        json_object_in(content_length, transfer_encoding, content_type, read_body)
     except ApplicationError as exc:
         return _refused(exc, None, started)
-    known = known_sold_out(request.campaign_id, request.idempotency_key)
+    known = known_sold_out(campaign, idempotency_key)
     if known is not None:
         return claim_answered(known, started)
-    return request
+    ip = client_address(peer_address, forwarded_for) if hot().ip_per_second else None  # only when it is limited
+    return ClaimFlow(campaign, shopper, idempotency_key, ip)
 
 
 class _Claiming:
@@ -121,12 +114,12 @@ class _Claiming:
     manager: every log line inside carries the claim's campaign and shopper; a span covers it when tracing
     is on."""
 
-    __slots__ = ("request", "started", "traced", "span", "fields")
+    __slots__ = ("flow", "started", "traced", "span", "fields")
 
-    def __init__(self, request: ClaimRequest, started: float) -> None:
-        self.request, self.started = request, started
-        self.fields = log_fields(campaign=request.campaign_id, shopper=request.user_id)
-        self.span = span("couponrush.claim", campaign_id=request.campaign_id)
+    def __init__(self, flow: ClaimFlow, started: float) -> None:
+        self.flow, self.started = flow, started
+        self.fields = log_fields(campaign=flow.campaign_id, shopper=flow.user_id)
+        self.span = span("couponrush.claim", campaign_id=flow.campaign_id)
 
     def __enter__(self) -> _Claiming:
         self.fields.__enter__()
@@ -139,13 +132,13 @@ class _Claiming:
         finally:
             self.fields.__exit__(*exc)
 
-    def answered(self, outcome: ClaimOutcome) -> Answer3:
+    def answered(self, outcome: ClaimOutcome) -> ClaimOutcome:
         self.traced.set(outcome=outcome.status, claim_id=outcome.claim_id)
         return claim_answered(outcome, self.started)
 
-    def refused(self, exc: ApplicationError) -> Answer3:
+    def refused(self, exc: ApplicationError) -> ApplicationError:
         self.traced.set(outcome=exc.status)
-        return _refused(exc, self.request.campaign_id, self.started)
+        return _refused(exc, self.flow.campaign_id, self.started)
 
     def store_failure(self, exc: Exception) -> ApplicationError:
         """A store's failure (PostgreSQL down or hung past the claim's bound, Redis down) as the contract's 503,
@@ -154,39 +147,32 @@ class _Claiming:
         error = unavailable_of(exc)
         if error is None:
             raise exc
-        log.warning("claim on campaign %s: a store is unavailable: %r", self.request.campaign_id, exc)
+        log.warning("claim on campaign %s: a store is unavailable: %r", self.flow.campaign_id, exc)
         return error
-
-
-def claim_request_of(meta: Mapping[str, Any], campaign_id_text: str, read_body: Callable[[], bytes]
-                     ) -> ClaimRequest:
-    """Check the token, the campaign id, the Idempotency-Key and the body. Raise ApplicationError.
-    CampaignClaimApi documents what it reads."""
-    user_id = authenticated_user(meta)
-    campaign = parse_id(campaign_id_text)
-    key = idempotency_key_of(meta)
-    json_object_of(meta, read_body)
-    ip = client_ip(meta) if hot().ip_per_second else None  # only when it is limited
-    return ClaimRequest(campaign, user_id, key, ip)
 
 
 def _count(campaign: str, outcome: str, started: float) -> None:
     CLAIM_TALLY.add(campaign, outcome, time.perf_counter() - started)
 
 
-def _refused(exc: ApplicationError, campaign: int | None, started: float) -> Answer3:
+def _refused(exc: ApplicationError, campaign: int | None, started: float) -> ApplicationError:
     # Label only campaigns that exist (an unknown id is "-"), so a storm of junk ids adds no series.
     known = campaign if campaign is not None and exc.http_status != 404 else "-"
     _count(str(known), exc.status, started)
-    return exc.http_status, error_body(exc), exc.headers()
+    return exc
 
 
-def claim_answered(outcome: ClaimOutcome, started: float) -> Answer3:
-    """The answer of a decided claim (counted: its outcome and its time since `started`)."""
+def claim_answered(outcome: ClaimOutcome, started: float) -> ClaimOutcome:
+    """A decided claim's outcome, counted (its status and its time since `started`)."""
     _count(str(outcome.campaign_id), outcome.status, started)
-    body = {"code": outcome.code, "status": outcome.status, "claim_id": outcome.claim_id,
+    return outcome
+
+
+def claim_body(outcome: ClaimOutcome) -> dict[str, Any]:
+    """The answer's JSON of a decided claim (docs/api.md), the same at both doors; with `Idempotent-Replayed:
+    true` when outcome.replayed."""
+    return {"code": outcome.code, "status": outcome.status, "claim_id": outcome.claim_id,
             "campaign_id": outcome.campaign_id}
-    return 200, body, (REPLAYED if outcome.replayed else {})
 
 
 _CLAIM_EXAMPLES: dict[str, dict[str, Any]] = {
@@ -227,10 +213,11 @@ class CampaignClaimApi(APIView):
     answer it on their event loop: orders/door.py), through the claim's one implementation (claim_answer), as the
     door does. Its post() is both the code that answers and the OpenAPI operation; dispatch() hands it Django's
     request without DRF's request cycle (content negotiation, authentication, throttles: the claim checks its own,
-    claim_request_of(), on the hot path). The parameters are the ones it reads, built from the expressions it checks
-    them with (core.http's ID_RE and IDEMPOTENCY_KEY_RE, core.auth's USER_ID_RE and TOKEN_RE)."""
+    claim_decided_or_flow(), on the hot path). The parameters are the ones it reads, built from the expressions it
+    checks them with (core.http's ID_RE and IDEMPOTENCY_KEY_RE, core.auth's USER_ID_RE and TOKEN_RE)."""
 
-    authentication_classes = [ShopperTokenAuthentication]  # the schema's security scheme: claim_request_of checks it
+    # the schema's security scheme: claim_decided_or_flow checks it
+    authentication_classes = [ShopperTokenAuthentication]
     permission_classes = [IsAuthenticated]
 
     def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:  # type: ignore[override]
@@ -273,8 +260,10 @@ class CampaignClaimApi(APIView):
         ],
     )
     def post(self, request: HttpRequest, campaign_id: str) -> HttpResponse:  # type: ignore[override]
-        status, body, headers = claim_answer(request.META, campaign_id, lambda: request.body)
-        return json_response(body, status, headers)
+        answer = claim_answer(request.META, campaign_id, lambda: request.body)
+        if type(answer) is ClaimOutcome:
+            return json_response(claim_body(answer), 200, REPLAYED if answer.replayed else None)
+        return application_error_response(answer)  # type: ignore[arg-type]
 
 
 def claim_id_of(text: str) -> tuple[int, str]:

@@ -54,3 +54,25 @@ CASES = [
     ("bad json", "{id}", lambda: shopper("ann"), b"{nope"),
     ("too large", "{id}", lambda: shopper("ann"), b'{"a":"' + b"x" * 20000 + b'"}'),
 ]
+
+
+def door_claim(meta: dict[str, str], campaign_id: Any, body: bytes = b"") -> tuple[int, Any]:
+    """A claim through the event loop's door (orders.door.claim_response, run to its end): (status, the JSON body).
+    `meta` holds the headers as an environ does (HTTP_X_USER_ID: X-User-Id)."""
+    import orjson
+
+    from orders.door import claim_response
+    from webserver.interface import Request
+
+    from ..conftest import run_coroutine
+
+    headers = [(b"host", b"testserver"), (b"content-length", str(len(body)).encode())]
+    headers += [(key.removeprefix("HTTP_").lower().replace("_", "-").encode(), value.encode("latin-1"))
+                for key, value in meta.items()]
+    request = Request("POST", f"/api/v1/campaigns/{campaign_id}/claim", b"", headers, body, "127.0.0.1",
+                      ("testserver", 80))
+    answer = claim_response(request, str(campaign_id))
+    if not isinstance(answer, tuple):
+        answer = run_coroutine(answer)
+    assert isinstance(answer[2], bytes)
+    return answer[0], orjson.loads(answer[2])

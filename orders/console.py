@@ -19,10 +19,12 @@ JOB_NOTES = {
     "preheat-due-campaigns": "Loads published campaigns starting within the hour into Redis ahead of their start.",
     "deliver-webhooks": "Sends the outbox's due webhook deliveries (signed, retried with backoff for 24 h, then "
                         "dead). Pausing it delays webhooks, loses none.",
+    "grant-batches-sweep": "Goes on with grant batches whose runner died (no chunk counted for a minute): a crashed "
+                           "batch resumes, each shopper granted once. Pausing it leaves such batches waiting.",
 }
 
 VIEWER_GROUP = "couponrush viewers"
-VIEWED_APPS = ["campaigns", "coupons", "orders", "django_celery_beat"]
+VIEWED_APPS = ["campaigns", "coupons", "orders", "grants", "django_celery_beat"]
 
 
 def describe_periodic_jobs(**kwargs: Any) -> None:

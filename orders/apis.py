@@ -61,7 +61,8 @@ def claim_answer(meta: Mapping[str, Any], campaign_id_text: str, read_body: Call
     (orders.door.CLAIM_HEADER_NAMES), by their environ keys."""
     started = time.perf_counter()
     flow = claim_decided_or_flow(
-        campaign_id_text, meta.get("HTTP_X_USER_ID"), meta.get("HTTP_X_TOKEN"), meta.get("HTTP_IDEMPOTENCY_KEY"),
+        campaign_id_text, meta.get("HTTP_X_USER_ID"), meta.get("HTTP_X_TOKEN"), meta.get("HTTP_X_SHOPPER_TAGS"),
+        meta.get("HTTP_IDEMPOTENCY_KEY"),
         meta.get("CONTENT_LENGTH"), meta.get("HTTP_TRANSFER_ENCODING"), meta.get("CONTENT_TYPE"),
         meta.get("REMOTE_ADDR"), meta.get("HTTP_X_FORWARDED_FOR"), read_body, started)
     if type(flow) is not ClaimFlow:
@@ -87,16 +88,17 @@ async def claim_on_loop(flow: ClaimFlow, started: float) -> ClaimOutcome | Appli
             return claiming.refused(claiming.store_failure(exc))
 
 
-def claim_decided_or_flow(campaign_id_text: str, user_id: str | None, token: str | None, key: str | None,
-                          content_length: str | None, transfer_encoding: str | None, content_type: str | None,
-                          peer_address: str | None, forwarded_for: str | None, read_body: Callable[[], bytes],
-                          started: float) -> ClaimOutcome | ApplicationError | ClaimFlow:
+def claim_decided_or_flow(campaign_id_text: str, user_id: str | None, token: str | None, tags: str | None,
+                          key: str | None, content_length: str | None, transfer_encoding: str | None,
+                          content_type: str | None, peer_address: str | None, forwarded_for: str | None,
+                          read_body: Callable[[], bytes], started: float
+                          ) -> ClaimOutcome | ApplicationError | ClaimFlow:
     """The first half of every claim, whichever door (each passes the values of the headers it read: absent,
     None): the checked claim, its flow, or the answer when it is decided already (a refusal, or this process's
     sold-out flag: nothing to trace, nothing logs). The one place a claim asks known_sold_out(): the second half
     (claim_in_redis, its async twin) goes to Redis. CampaignClaimApi documents what it reads."""
     try:
-        shopper = shopper_of(user_id, token)
+        shopper = shopper_of(user_id, token, tags)
         campaign = parse_id(campaign_id_text)
         idempotency_key = idempotency_key_in(key)
         json_object_in(content_length, transfer_encoding, content_type, read_body)

@@ -29,8 +29,8 @@ log = logging.getLogger(__name__)
 CLAIM_PATH = re.compile(r"/api/v1/campaigns/([^/]+)/claim")
 # Every header the claim reads, by its raw name, in claim_response()'s order (Django's view reads the same ones from
 # its environ: orders.apis.claim_answer; tests/orders/test_claim_door.py checks they are the same).
-CLAIM_HEADER_NAMES = (b"host", b"x-user-id", b"x-token", b"idempotency-key", b"content-length", b"content-type",
-                      b"transfer-encoding", b"x-forwarded-for", b"x-request-id")
+CLAIM_HEADER_NAMES = (b"host", b"x-user-id", b"x-token", b"x-shopper-tags", b"idempotency-key", b"content-length",
+                      b"content-type", b"transfer-encoding", b"x-forwarded-for", b"x-request-id")
 _SLOT = {name: n for n, name in enumerate(CLAIM_HEADER_NAMES)}
 
 
@@ -57,21 +57,21 @@ def claim_response(request: Request, campaign_id_text: str) -> Response | Awaita
     The headers are read as a WSGI server puts them in its environ (core.web.headers_environ): the raw bytes as
     latin-1, without the whitespace around them, a header twice joined by commas; a name with an underscore is
     none of these."""
-    values: list[str | None] = [None] * 9
+    values: list[str | None] = [None] * 10
     for name, raw in request.headers:
         slot = _SLOT.get(name)
         if slot is not None:
             value = raw.decode("latin-1").strip(" \t")
             before = values[slot]
             values[slot] = value if before is None else f"{before},{value}"
-    host, user_id, token, key, length, content_type, transfer_encoding, forwarded_for, incoming_id = values
+    host, user_id, token, tags, key, length, content_type, transfer_encoding, forwarded_for, incoming_id = values
     request_id = request_id_or_new(incoming_id)
     if not host_allowed(host or server_host(request)):
         return bad_host_response((b"x-request-id", request_id.encode()))
     started = time.perf_counter()
     try:  # decided here, nothing logs: the request id goes on the log lines of the part that waits (_later)
         body = request.body
-        answer = claim_decided_or_flow(campaign_id_text, user_id, token, key, length, transfer_encoding,
+        answer = claim_decided_or_flow(campaign_id_text, user_id, token, tags, key, length, transfer_encoding,
                                        content_type, request.client, forwarded_for,
                                        lambda: body[: MAX_BODY_BYTES + 1], started)
     except Exception:  # never a bare 500 page: the contract's JSON, and the traceback in the log

@@ -23,6 +23,7 @@ class HotSettings:
     token_inner: Any  # HMAC-SHA256 keyed with COUPONS_TOKEN_SECRET as its two hash states (RFC 2104), to copy()
     token_outer: Any
     token_max_ttl: int
+    token_default_key: bool  # COUPONS_TOKEN_DEFAULT_KEY: tokens without a key id, signed with COUPONS_TOKEN_SECRET
     redis_timeout: float
     redis_cluster: bool
     idempotency_ttl_ms: int
@@ -39,11 +40,12 @@ _hot: HotSettings | None = None
 def hot() -> HotSettings:
     global _hot
     if _hot is None:
-        inner, outer = _hmac_states(settings.COUPONS_TOKEN_SECRET.encode())
+        inner, outer = hmac_states(settings.COUPONS_TOKEN_SECRET.encode())
         _hot = HotSettings(
             token_inner=inner,
             token_outer=outer,
             token_max_ttl=settings.COUPONS_TOKEN_MAX_TTL,
+            token_default_key=settings.COUPONS_TOKEN_DEFAULT_KEY,
             redis_timeout=settings.COUPONS_REDIS_SOCKET_TIMEOUT,
             redis_cluster=settings.COUPONS_REDIS_CLUSTER,
             idempotency_ttl_ms=settings.COUPONS_IDEMPOTENCY_TTL_SECONDS * 1000,
@@ -56,7 +58,7 @@ def hot() -> HotSettings:
     return _hot
 
 
-def _hmac_states(key: bytes) -> tuple[Any, Any]:
+def hmac_states(key: bytes) -> tuple[Any, Any]:
     """SHA-256 after the key's inner and outer pads: HMAC(key, m) = outer.copy() + inner.copy() + m, all in C
     (hmac.HMAC.copy() is Python, a third of a sold-out answer's signature check)."""
     block = hashlib.sha256().block_size

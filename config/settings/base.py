@@ -14,6 +14,8 @@ BASE_DIR = Path(__file__).resolve().parent.parent.parent
 # Placeholders that only development and tests may run with; production.py refuses them.
 DEV_SECRET_KEY = "dev-only-insecure-django-secret-key"
 DEV_TOKEN_SECRET = "dev-only-insecure-token-secret"
+# base64 of "dev-only-insecure-storefront-key": a Fernet key for development and tests only
+DEV_STOREFRONT_ENCRYPTION_KEY = "ZGV2LW9ubHktaW5zZWN1cmUtc3RvcmVmcm9udC1rZXk="
 
 
 @overload
@@ -73,6 +75,7 @@ INSTALLED_APPS = [
     "coupons",
     "orders",
     "grants",
+    "storefronts",
 ]
 
 MIDDLEWARE = [
@@ -200,6 +203,13 @@ CACHES = {
 # Shopper tokens (docs/api.md, Shoppers): HMAC-SHA256 over "<user id>.<expires>".
 COUPONS_TOKEN_SECRET = env("COUPONS_TOKEN_SECRET", DEV_TOKEN_SECRET)
 COUPONS_TOKEN_MAX_TTL = env_int("COUPONS_TOKEN_MAX_TTL", 3600)
+# Tokens without a key id, signed with COUPONS_TOKEN_SECRET (the default key): false once every storefront signs
+# with its own key (storefronts/, docs/deployment.md), and such tokens are refused like a bad signature.
+COUPONS_TOKEN_DEFAULT_KEY = env_bool("COUPONS_TOKEN_DEFAULT_KEY", True)
+# Storefront keys' secrets are stored encrypted (Fernet) with these keys (comma-separated, each 32 url-safe base64
+# bytes: the first encrypts, all decrypt, so a new one goes first and `storefront_reencrypt` retires the old).
+COUPONS_STOREFRONT_ENCRYPTION_KEYS = [key.strip() for key in env(
+    "COUPONS_STOREFRONT_ENCRYPTION_KEYS", DEV_STOREFRONT_ENCRYPTION_KEY).split(",") if key.strip()]
 # The demo storefront's dev-only token endpoint (POST /dev/demo-shopper, config/storefront.py): unset follows
 # DEBUG; never under config.settings.production, whatever this says.
 COUPONS_DEMO_TOKENS = env_bool("COUPONS_DEMO_TOKENS", False) if env("COUPONS_DEMO_TOKENS") is not None else None

@@ -4,10 +4,19 @@
 """
 from typing import Any
 
+from cryptography.fernet import Fernet
 from django.core.exceptions import ImproperlyConfigured
 
 from .base import *  # noqa: F403
-from .base import DEV_SECRET_KEY, DEV_TOKEN_SECRET, database_from_env, env, env_bool, env_int
+from .base import (
+    DEV_SECRET_KEY,
+    DEV_STOREFRONT_ENCRYPTION_KEY,
+    DEV_TOKEN_SECRET,
+    database_from_env,
+    env,
+    env_bool,
+    env_int,
+)
 
 DEBUG = False
 for _name, _value, _default in (
@@ -16,6 +25,17 @@ for _name, _value, _default in (
 ):
     if not _value or _value == _default or len(_value) < 32:
         raise ImproperlyConfigured(f"{_name} must be set to a secret of at least 32 characters in production.")
+# Storefront keys' secrets are encrypted with these (a database dump alone must not hand them out).
+_FERNET_HINT = "python -c 'from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())'"
+if not env("COUPONS_STOREFRONT_ENCRYPTION_KEYS") or (
+        DEV_STOREFRONT_ENCRYPTION_KEY in COUPONS_STOREFRONT_ENCRYPTION_KEYS):  # noqa: F405
+    raise ImproperlyConfigured(f"COUPONS_STOREFRONT_ENCRYPTION_KEYS must be set in production: {_FERNET_HINT}")
+try:
+    for _key in COUPONS_STOREFRONT_ENCRYPTION_KEYS:  # noqa: F405
+        Fernet(_key)
+except (ValueError, TypeError):
+    raise ImproperlyConfigured("COUPONS_STOREFRONT_ENCRYPTION_KEYS: each key is 32 url-safe base64-encoded bytes "
+                               f"(a Fernet key): {_FERNET_HINT}") from None
 if not env("REDIS_URL"):
     raise ImproperlyConfigured("REDIS_URL must be set in production.")
 if COUPONS_WEBHOOK_ALLOW_PRIVATE:  # noqa: F405

@@ -11,7 +11,8 @@ from ..conftest import ROOT
 
 GOOD = {"DJANGO_SECRET_KEY": "q8Zr-5vT_w2Lm9Yx0Pb7Kc4Nf6Hd1Js3Ga8Ue5Oi2Wy7Re4Tu9Ip", "COUPONS_TOKEN_SECRET": "t" * 40,
         "DATABASE_URL": "postgres://u:p@db.internal:5432/couponrush", "REDIS_URL": "redis://redis.internal:6379/0",
-        "DJANGO_ALLOWED_HOSTS": "coupons.example.com"}
+        "DJANGO_ALLOWED_HOSTS": "coupons.example.com",
+        "COUPONS_STOREFRONT_ENCRYPTION_KEYS": "q0Tb1S4wKjq3G7bU1h2u8c3d9Yq5m2Zp4Xr6Vw7Ns0E="}
 
 
 def run_with_production_settings(env_changes: dict[str, str | None], *args: str) -> subprocess.CompletedProcess:
@@ -35,6 +36,10 @@ def run_with_production_settings(env_changes: dict[str, str | None], *args: str)
         ({"COUPONS_TOKEN_SECRET": "short"}, "COUPONS_TOKEN_SECRET"),
         ({"REDIS_URL": None}, "REDIS_URL"),
         ({"COUPONS_WEBHOOK_ALLOW_PRIVATE": "true"}, "COUPONS_WEBHOOK_ALLOW_PRIVATE"),
+        ({"COUPONS_STOREFRONT_ENCRYPTION_KEYS": None}, "COUPONS_STOREFRONT_ENCRYPTION_KEYS"),
+        ({"COUPONS_STOREFRONT_ENCRYPTION_KEYS": "ZGV2LW9ubHktaW5zZWN1cmUtc3RvcmVmcm9udC1rZXk="},
+         "COUPONS_STOREFRONT_ENCRYPTION_KEYS"),
+        ({"COUPONS_STOREFRONT_ENCRYPTION_KEYS": "not-a-fernet-key"}, "COUPONS_STOREFRONT_ENCRYPTION_KEYS"),
     ],
 )
 def test_production_settings_refuse_to_start_with_a_default_or_missing_secret(changes, named) -> None:

@@ -1,0 +1,24 @@
+"""manage.py storefront_rotate KEY_ID: a new key for the same storefront, printed once; the old stays valid until
+storefront_revoke."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from storefronts.services import StorefrontRefused, storefront_key_rotate
+
+
+class Command(BaseCommand):
+    help = "Add a new key to the storefront of KEY_ID; print its key_id, secret and api_key (shown once)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("key_id")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            issued = storefront_key_rotate(key_id=options["key_id"])
+        except StorefrontRefused as exc:
+            raise CommandError(str(exc)) from exc
+        self.stdout.write(json.dumps(issued.as_dict()))

@@ -134,7 +134,7 @@ def grant_chunk_run(*, batch: GrantBatch, chunk: GrantChunk) -> ChunkCounts | No
     StoreUnavailable."""
     ids = chunk.user_ids.split("\n") if chunk.user_ids else []
     held: set[str] = set()
-    if GrantBatch.objects.filter(campaign_id=batch.campaign_id, name=batch.name, pk__lt=batch.pk).exists():
+    if _rerun(batch):
         # An earlier run of the batch: its drained grants are known past their Idempotency-Key's 24 h in Redis.
         held = set(Claim.objects.filter(campaign_id=batch.campaign_id, key_digest=key_digest(grant_key(batch.name)),
                                         user_id__in=ids).values_list("user_id", flat=True))
@@ -160,6 +160,15 @@ def grant_chunk_run(*, batch: GrantBatch, chunk: GrantChunk) -> ChunkCounts | No
     return counts
 
 
+def _rerun(batch: GrantBatch) -> bool:
+    """Whether an earlier run of the batch exists (asked once a batch object)."""
+    rerun = getattr(batch, "_rerun", None)
+    if rerun is None:
+        rerun = batch._rerun = GrantBatch.objects.filter(  # type: ignore[attr-defined]
+            campaign_id=batch.campaign_id, name=batch.name, pk__lt=batch.pk).exists()
+    return rerun
+
+
 def next_chunk(batch: GrantBatch) -> GrantChunk | None:
     return GrantChunk.objects.filter(batch=batch, done=False).order_by("index").first()
 
@@ -177,7 +186,7 @@ def grant_batch_step(*, batch: GrantBatch) -> bool:
         GrantBatch.objects.filter(pk=batch.pk, status=GrantStatus.RUNNING).update(
             status=GrantStatus.STOPPED, error=f"Redis unavailable: {exc}", updated_at=timezone.now())
         raise Unavailable() from exc
-    return GrantChunk.objects.filter(batch=batch, done=False).exists()
+    return chunk.index + 1 < batch.chunks or GrantChunk.objects.filter(batch=batch, done=False).exists()
 
 
 def grant_batch_run(*, batch: GrantBatch, progress: Callable[[GrantBatch], Any] | None = None) -> GrantBatch:
@@ -187,7 +196,6 @@ def grant_batch_run(*, batch: GrantBatch, progress: Callable[[GrantBatch], Any] 
     while more:
         more = grant_batch_step(batch=batch)
         if progress is not None:
-            batch.refresh_from_db()
             progress(batch)
     batch.refresh_from_db()
     return batch

@@ -17,7 +17,7 @@ from core.commands import OperatorCommand
 from core.errors import ApplicationError
 from grants.claims import GrantStopped
 from grants.lines import FileRefused, read_file
-from grants.models import BATCH_NAME_PATTERN, GrantBatch, GrantSource
+from grants.models import BATCH_NAME_PATTERN, GrantBatch, GrantChunk, GrantSource
 from grants.services import (
     grant_batch_resume,
     grant_batch_run,
@@ -86,15 +86,20 @@ class Command(OperatorCommand):
 class Progress:
     """A progress line on stderr at most twice a second: chunks done, granted so far, grants per second."""
 
+    @staticmethod
+    def last(batch: GrantBatch) -> bool:
+        return not GrantChunk.objects.filter(batch=batch, done=False).exists()
+
     def __init__(self, command: Command, batch: GrantBatch) -> None:
         self.command, self.start, self.shown = command, time.monotonic(), 0.0
         self.first_done = batch.chunks_done
 
     def __call__(self, batch: GrantBatch) -> None:
         now = time.monotonic()
-        if now - self.shown < 0.5 and batch.chunks_done < batch.chunks:
+        if now - self.shown < 0.5 and not self.last(batch):
             return
         self.shown = now
+        batch.refresh_from_db()
         rate = (batch.chunks_done - self.first_done) * 1000 / max(now - self.start, 1e-6)
         self.command.stderr.write(gettext("chunk %(done)s/%(chunks)s (%(percent).0f%%): granted %(granted)s, limit "
                                           "reached %(limit)s, sold out %(sold_out)s, ~%(rate).0f shoppers/s")

@@ -129,9 +129,29 @@ def main() -> None:
                                               3)
     summary["budget_over_baseline_cpu"] = round(
         summary["budget"]["cpu_us_a_pair"] / summary["baseline"]["cpu_us_a_pair"], 3)
+    summary["hooks_us_a_pair_unbudgeted"] = hooks_cost(budget, plain[0])
     summary["pairs"], summary["rounds"] = args.pairs, args.rounds
     budgeted.refresh_from_db()
     print(json.dumps(summary), flush=True)
+
+
+def hooks_cost(budget: Any, coupon: Any, n: int = 200_000) -> float:
+    """CPU microseconds of coupons.budget's calls in one reserve + release pair of an unbudgeted campaign's coupon
+    (the whole of what budgets add to its path, none of which reaches Redis or PostgreSQL), timed alone: the
+    pairs' own figures above vary more from round to round than this."""
+    from coupons.models import CouponStatus
+
+    discount = Decimal("5.00")
+    start = time.process_time()
+    for _ in range(n):
+        with budget.kept():  # the reserve's transaction
+            budget.take(coupon, discount)
+            was = budget.holds(coupon.status, coupon.discount)
+            budget.given_back(coupon, was, budget.holds(CouponStatus.HELD, discount))
+        with budget.kept():  # the release's
+            was = budget.holds(CouponStatus.HELD, discount)
+            budget.given_back(coupon, was, budget.holds(CouponStatus.ACTIVE, None))
+    return round((time.process_time() - start) / n * 1e6, 2)
 
 
 def timedelta_hours(hours: int) -> Any:

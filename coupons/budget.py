@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -70,24 +68,28 @@ class _Taken:
 _kept: ContextVar[_Taken | None] = ContextVar("budget_kept", default=None)
 
 
-@contextmanager
-def kept() -> Iterator[None]:
+class kept:  # noqa: N801 - used as a function: `with budget.kept(), transaction.atomic():`
     """Wrap a use's outermost transaction.atomic(): what take() took in it is given back if it raises (rolled
-    back or its commit failed: none of its changes stay). Nested: the outermost one gives back."""
-    if _kept.get() is not None:
-        yield
-        return
-    taken = _Taken()
-    token = _kept.set(taken)
-    try:
-        yield
-    except BaseException:
-        for campaign_id, amount in taken.takes:
-            _give_back_now(campaign_id, amount)
-        raise
-    finally:
-        _kept.reset(token)
-        for campaign in taken.exhausted.values():
+    back or its commit failed: none of its changes stay). Nested: the outermost one gives back. A class, not a
+    generator: it runs around every use of every campaign (~0.5 us)."""
+
+    __slots__ = ("taken", "token")
+
+    def __enter__(self) -> None:
+        if _kept.get() is not None:
+            self.token: Token[_Taken | None] | None = None
+            return
+        self.taken = _Taken()
+        self.token = _kept.set(self.taken)
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: Any) -> None:
+        if self.token is None:
+            return
+        _kept.reset(self.token)
+        if kind is not None:
+            for campaign_id, amount in self.taken.takes:
+                _give_back_now(campaign_id, amount)
+        for campaign in self.taken.exhausted.values():
             _announce(campaign)
 
 

@@ -7,7 +7,8 @@ budget_exhausted, nothing changed); a change that lowers it (a release, a lapsed
 price) gives the difference back once its transaction has committed (given_back; the expiry sweep's lapsed holds:
 give_back_after_commit). So Redis never holds less taken than PostgreSQL's committed coupons hold: a take whose
 write fails is given back (kept, around the use's transaction), a give-back whose Redis call fails leaves money
-unspent (verify_campaign names it; reconcile --repair sets it from PostgreSQL), never spent twice.
+unspent (verify_campaign names it), never spent twice; money left above the budget less what is used is what
+reconcile --repair lowers.
 
 A campaign without a budget costs nothing here: no Redis call, no query (its row is read with the coupon).
 Where Redis holds no budget (never preheated with one, expired, lost), the first take loads what is left from
@@ -35,7 +36,6 @@ from campaigns.redis_state.budget import (
     BudgetTake,
     budget_left_many,
     budget_load,
-    budget_reset,
     run_budget_give_back,
     run_budget_take,
 )
@@ -165,8 +165,8 @@ def _give_back_now(campaign_id: int, amount: int) -> None:
     try:
         run_budget_give_back(campaign_id, amount)
     except StoreUnavailable:
-        log.error("could not give %s minor units back to campaign %s's budget (Redis unavailable): "
-                  "verify_campaign reports it; reconcile --repair sets it from PostgreSQL", amount, campaign_id)
+        log.error("could not give %s minor units back to campaign %s's budget (Redis unavailable): left unspent, "
+                  "verify_campaign reports it", amount, campaign_id)
 
 
 # -- what is used and left -----------------------------------------------------------------------------------------
@@ -188,14 +188,6 @@ def load(campaign: Campaign) -> int:
     assert campaign.budget is not None
     left = to_minor(campaign.budget, campaign.currency) - to_minor(used(campaign), campaign.currency)
     return budget_load(campaign.pk, left, keys_expire_at(campaign))
-
-
-def reset(campaign: Campaign) -> int:
-    """Set what is left of the campaign's budget in Redis from PostgreSQL (a repair, its uses quiet): return it."""
-    assert campaign.budget is not None
-    left = to_minor(campaign.budget, campaign.currency) - to_minor(used(campaign), campaign.currency)
-    budget_reset(campaign.pk, left, keys_expire_at(campaign))
-    return left
 
 
 @dataclass(frozen=True)

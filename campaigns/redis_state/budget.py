@@ -71,16 +71,10 @@ def budget_left_many(campaign_ids: list[int]) -> dict[int, int | None]:
     if not campaign_ids:
         return {}
     try:
-        values = redis_client().mget([budget_key(c) for c in campaign_ids])
+        pipe = redis_client().pipeline(transaction=False)  # not MGET: the keys are in as many hash slots
+        for campaign_id in campaign_ids:
+            pipe.get(budget_key(campaign_id))
+        values = pipe.execute()
     except redis.RedisError as exc:
         raise StoreUnavailable(str(exc)) from exc
     return {c: None if v is None else int(v) for c, v in zip(campaign_ids, values, strict=True)}
-
-
-def budget_reset(campaign_id: int, left: int, expire_at: datetime) -> None:
-    """Set what is left of the campaign's budget, replacing what Redis holds (a repair, no use running: the
-    figure is PostgreSQL's). Raise StoreUnavailable."""
-    try:
-        redis_client().set(budget_key(campaign_id), left, pxat=to_ms(expire_at))
-    except redis.RedisError as exc:
-        raise StoreUnavailable(str(exc)) from exc

@@ -18,12 +18,13 @@ from campaigns.redis_state.budget import budget_key, budget_left_many
 from campaigns.services import campaign_preheat
 from coupons import budget
 from coupons.compensation import expire_and_lapse_due
-from coupons.models import Coupon, CouponStatus
+from coupons.models import Coupon, CouponStatus, UniqueCode
 from coupons.outcomes import UseOutcome
 from coupons.services import Order, coupon_confirm, coupon_redeem, coupon_release, coupon_reserve
 from webhooks.models import EventType, OutboxEvent, WebhookEndpoint
 
 from ..factories import CampaignFactory
+from .code_helpers import codes_of
 from .test_use_concurrency import all_at_once, issue_coupon
 
 AMOUNT = Decimal("350.00")  # the factory's rule: spend 300.00, get 50.00 off
@@ -250,3 +251,23 @@ def test_budget_exhausted_goes_out_once() -> None:
     assert answers == [0, 0, 22, 22]
     sent = OutboxEvent.objects.filter(type=EventType.CAMPAIGN_BUDGET_EXHAUSTED)
     assert [(e.campaign_id, e.data["budget"]) for e in sent] == [(campaign.pk, "100.00")]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_unique_codes_take_from_the_budget_and_a_refused_one_stays_unbound() -> None:
+    campaign = CampaignFactory(kind="codes", code=None, budget=Decimal("100.00"), total_stock=10)
+    campaign_preheat(campaign=campaign)
+    first, second, third = codes_of(campaign, 1, 2, 3)
+    uses = f"cpn:{{c{campaign.pk}}}:uses"
+
+    assert coupon_redeem(user_id="alice", code=first, order=order("A-1")).code == 0
+    assert coupon_reserve(user_id="bob", code=second, order=order("B-1")).code == 0
+    refused = coupon_redeem(user_id="carol", code=third, order=order("C-1"))
+
+    assert (refused.code, refused.status) == (22, "budget_exhausted")
+    assert UniqueCode.objects.get(code=third).holder_id is None  # still anyone's: nothing of the use stayed
+    assert not Coupon.objects.filter(code=third).exists() and int(redis_client().get(uses)) == 8
+    assert left(campaign) == 0
+    assert coupon_release(user_id="bob", code=second, order_id="B-1").code == 0
+    assert coupon_redeem(user_id="carol", code=third, order=order("C-1")).code == 0
+    assert left(campaign) == 0 and held_and_redeemed(campaign) == Decimal("100.00")

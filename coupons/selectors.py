@@ -13,8 +13,9 @@ from .models import Coupon, CouponStatus
 
 
 def coupons_due(*, user_id: str, now: datetime) -> QuerySet[Coupon]:
-    """A shopper's coupons whose hold has lapsed or whose validity has ended by `now` (not yet settled)."""
-    return Coupon.objects.filter(user_id=user_id).filter(
+    """A shopper's coupons whose hold has lapsed or whose validity has ended by `now` (not yet settled), with their
+    campaigns (a lapsed hold gives its discount back to a budget: coupons.budget)."""
+    return Coupon.objects.filter(user_id=user_id).select_related("campaign").filter(
         Q(status=CouponStatus.HELD, hold_until__lte=now)
         | Q(status=CouponStatus.ACTIVE, expires_at__lte=now - timedelta(seconds=1))
     )

@@ -151,3 +151,5 @@ def test_the_console_shows_budget_used_and_left(admin_client) -> None:
 
     assert 'id="live-budget">100.00 used, 200.00 left of 300.00 CNY<' in page
     assert 'name="budget"' not in page  # locked once published: its money left is in Redis
+    report = admin_client.get(f"/admin/campaigns/campaign/{campaign.pk}/report/").content.decode()
+    assert 'id="report-budget">100.00 used, 200.00 left of 300.00 CNY<' in report

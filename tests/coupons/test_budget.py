@@ -26,6 +26,7 @@ from webhooks.models import EventType, OutboxEvent, WebhookEndpoint
 from ..factories import CampaignFactory
 from .code_helpers import codes_of
 from .test_use_concurrency import all_at_once, issue_coupon
+from .use_helpers import answer, use
 
 AMOUNT = Decimal("350.00")  # the factory's rule: spend 300.00, get 50.00 off
 DISCOUNT = Decimal("50.00")
@@ -271,3 +272,17 @@ def test_unique_codes_take_from_the_budget_and_a_refused_one_stays_unbound() -> 
     assert coupon_release(user_id="bob", code=second, order_id="B-1").code == 0
     assert coupon_redeem(user_id="carol", code=third, order=order("C-1")).code == 0
     assert left(campaign) == 0 and held_and_redeemed(campaign) == Decimal("100.00")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_api_answers_22_as_a_decided_use_and_a_repeat_replays_it(client) -> None:
+    campaign = grab(budget=Decimal("40.00"))  # less than one discount of 50.00
+    coupon = issue_coupon(campaign, "alice")
+
+    first = use(client, coupon.code, "redeem", key="pay-A-1")
+    again = use(client, coupon.code, "redeem", key="pay-A-1")
+
+    assert answer(first) == (200, 22, "budget_exhausted")
+    assert first.json()["detail"] == "The campaign's budget has not enough left for this discount."
+    assert again.json() == first.json() and again["Idempotent-Replayed"] == "true"
+    assert Coupon.objects.get(pk=coupon.pk).status == CouponStatus.ACTIVE and left(campaign) == Decimal("40.00")

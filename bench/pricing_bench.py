@@ -1,6 +1,6 @@
 """Pricing: what campaigns.pricing costs for a shopper holding 50 coupons and a cart of 20 lines.
 
-    .venv/bin/python bench/pricing_bench.py [--coupons 50] [--lines 20] [--repeat 200] [--seed 20]
+    .venv/bin/python bench/pricing_bench.py [--coupons 50] [--lines 20] [--repeat 200] [--seed 20] [--scenarios ...]
 
 A micro-benchmark, not a test: no database, no Redis, one process. For each scenario it builds one cart and
 --coupons candidates (one campaign each, seeded random rules), then times, best of --repeat runs:
@@ -18,6 +18,8 @@ Scenarios:
   stackable   every coupon combines with every other, scoped to random categories (no thresholds): deep sets
   percent     every coupon a percentage of the whole cart, combinable with all: the search's worst case (every
               set of five is as good as any other, the bound prunes least)
+  kinds       mixed's wallet where half the coupons are tiers (满减), free shipping or buy N get M, on a cart with
+              shipping (issue 38)
 
 Prints one line per scenario and figure; --json prints them as one JSON object instead.
 """
@@ -36,10 +38,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from campaigns.pricing import (  # noqa: E402
     BEST_SEARCH_BUDGET,
+    BUY_GET,
+    FREE_SHIPPING,
+    TIERS,
     Candidate,
     Cart,
     CartLine,
     CouponRule,
+    Tier,
     best_combination,
     price_coupon,
     validate_cart,
@@ -48,14 +54,35 @@ from campaigns.pricing import (  # noqa: E402
 CATEGORIES = ("shoes", "hats", "food", "toys", "books")
 
 
-def make_cart(rnd: random.Random, lines: int) -> Cart:
+def make_cart(rnd: random.Random, lines: int, shipping: Decimal = Decimal(0)) -> Cart:
     return Cart("CNY", tuple(
         CartLine(f"SKU-{i}", rnd.randint(1, 3), Decimal(rnd.randint(100, 50_000)).scaleb(-2), rnd.choice(CATEGORIES))
         for i in range(lines)
-    ))
+    ), shipping=shipping)
+
+
+def make_kind(rnd: random.Random, campaigns: int) -> CouponRule:
+    """Tiers, free shipping or buy N get M, scoped and combined as mixed's coupons are."""
+    kind = rnd.choice([TIERS, TIERS, FREE_SHIPPING, BUY_GET])
+    scope = frozenset(rnd.sample(CATEGORIES, rnd.randint(1, 3))) if rnd.random() < 0.6 else frozenset()
+    common = {"include_categories": scope, "exclusive": rnd.random() < 0.2,
+              "order_cap": Decimal(rnd.choice([150, 300])) if rnd.random() < 0.2 else None}
+    if kind == TIERS:
+        base = rnd.choice([50, 100, 200])
+        tiers = (Tier(Decimal(base), Decimal(base // 10)), Tier(Decimal(2 * base), Decimal(base // 4)),
+                 Tier(Decimal(5 * base), Decimal(4 * base // 5)))
+        return CouponRule(TIERS, Decimal(0), "CNY", tiers=tiers, **common)  # type: ignore[arg-type]
+    if kind == FREE_SHIPPING:
+        return CouponRule(FREE_SHIPPING, Decimal(0), "CNY", min_spend=Decimal(rnd.choice([0, 99])),
+                          max_discount=Decimal(10) if rnd.random() < 0.3 else None, **common)  # type: ignore[arg-type]
+    return CouponRule(BUY_GET, Decimal(0), "CNY", buy=rnd.randint(1, 3), get=1,
+                      max_discount=Decimal(rnd.randint(50, 200)) if rnd.random() < 0.5 else None,
+                      **common)  # type: ignore[arg-type]
 
 
 def make_rule(rnd: random.Random, scenario: str, campaigns: int) -> CouponRule:
+    if scenario == "kinds" and rnd.random() < 0.5:
+        return make_kind(rnd, campaigns)
     if scenario == "percent":
         return CouponRule("percent", Decimal(rnd.choice([5, 10, 15, 20])), "CNY")
     percent = rnd.random() < 0.4
@@ -69,7 +96,8 @@ def make_rule(rnd: random.Random, scenario: str, campaigns: int) -> CouponRule:
         min_spend=Decimal(rnd.choice([0, 0, 100, 300, 800])), include_categories=scope,
         exclude_skus=frozenset({f"SKU-{rnd.randrange(20)}"}) if rnd.random() < 0.2 else frozenset(),
         min_quantity=rnd.choice([0, 0, 0, 2, 5]), exclusive=rnd.random() < 0.2,
-        combinable_with=frozenset(rnd.sample(range(campaigns), 10)) if rnd.random() < 0.2 else frozenset(),
+        combinable_with=(frozenset(rnd.sample(range(campaigns), min(10, campaigns))) if rnd.random() < 0.2
+                         else frozenset()),
         order_cap=Decimal(rnd.choice([150, 300])) if rnd.random() < 0.2 else None,
     )
 
@@ -91,11 +119,12 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=200, help="runs of each figure; the fastest is kept")
     parser.add_argument("--seed", type=int, default=20)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--scenarios", default="mixed,stackable,percent,kinds", help="comma-separated")
     args = parser.parse_args()
     report: dict[str, dict[str, object]] = {}
-    for scenario in ("mixed", "stackable", "percent"):
+    for scenario in args.scenarios.split(","):
         rnd = random.Random(f"{args.seed}-{scenario}")
-        cart = make_cart(rnd, args.lines)
+        cart = make_cart(rnd, args.lines, Decimal("12.00") if scenario == "kinds" else Decimal(0))
         candidates = [
             Candidate(f"CODE{i}", i, make_rule(rnd, scenario, args.coupons)) for i in range(args.coupons)
         ]

@@ -6,6 +6,10 @@ dataclasses (a `Cart` of `CartLine`s, `Candidate` coupons each carrying its camp
 outputs are frozen dataclasses of `Decimal` amounts in the currency's minor unit, which `as_json` turns into
 the contract's JSON (decimal strings such as "350.00").
 
+A rule's benefit (its `discount_type`) is an amount or a percentage off (below), tiers (满减), free shipping or
+buy N get M (kinds.py: what each takes off, and where its shares go). A cart may carry `shipping`, payable beside
+its lines; only free shipping takes it off (its share is the coupon's `shipping`, on no line).
+
 The rules, in the order they are checked for one coupon (`price_coupon`):
 
 1. Scope. A line is *eligible* for a rule when it is included (no include list at all means every line; with
@@ -37,16 +41,17 @@ The rules, in the order they are checked for one coupon (`price_coupon`):
 Stacking order. Coupons are applied one after the other, each on what the ones before it left. An order
 built coupon by coupon (reserve, redeem) applies them in the order they arrived, each new one after those
 already held (`price_coupon(..., before=...)`), so releasing one leaves the others' discounts as they were.
-A set priced at once (`best_combination`, `price_stack`) applies in the canonical order `stacking_key`: fixed
-amounts first, then percentages on the remainder (the merchant's convention: a percentage is of what the
-shopper still pays), ties by campaign id and code. `best.codes` are in that order, so reserving them in that
-order reproduces `best.discount` exactly.
+A set priced at once (`best_combination`, `price_stack`) applies in the canonical order `stacking_key`: buy N
+get M, tiers, fixed amounts, then percentages on the remainder (the merchant's convention: a percentage is of what
+the shopper still pays), free shipping last; ties by campaign id and code. `best.codes` are in that order, so
+reserving them in that order reproduces `best.discount` exactly.
 
     rules.py       the inputs: a cart and its lines, a coupon's rule and its scope, a candidate coupon
     results.py     the outputs: a coupon's status and line shares, an order's totals, the best set; as_json
-    units.py       amounts as whole minor units (Decimal only at the edges)
+    units.py       amounts as whole minor units (Decimal only at the edges), a split by largest remainder
     stacking.py    which coupons share an order (combinable), the canonical stacking order, the order cap held
     benefits.py    one coupon against one cart in minor units: the checks 1-6 above and its discount
+    kinds.py       tiers, free shipping, buy N get M: what each takes off and how it splits
     shares.py      a discount split over its lines (7 above), an order's lines after all its coupons
     applicator.py  coupons applied one after the other: price_coupon, price_coupons, price_stack
     best.py        the allowed set that saves the most, searched within a budget: best_combination, validate_cart
@@ -72,20 +77,29 @@ from .results import (
     as_json,
 )
 from .rules import (
+    BUY_GET,
     DISCOUNT_TYPES,
+    FIXED,
+    FREE_SHIPPING,
     MAX_LINE_QUANTITY,
+    MAX_TIERS,
+    PERCENT,
+    TIERS,
     WHOLE_ORDER_SKU,
     Candidate,
     Cart,
     CartLine,
     CouponRule,
     InvalidCart,
+    Tier,
     eligible_lines,
+    tiers_problem,
     whole_order_cart,
 )
-from .stacking import MAX_COUPONS_PER_ORDER, canonical_order, combinable, stacking_key
+from .stacking import MAX_COUPONS_PER_ORDER, STACKING_ORDER, canonical_order, combinable, stacking_key
 
 __all__ = [
+    "BUY_GET", "FIXED", "FREE_SHIPPING", "MAX_TIERS", "PERCENT", "STACKING_ORDER", "TIERS", "Tier", "tiers_problem",
     "BEST_SEARCH_BUDGET", "DISCOUNT_TYPES", "MAX_COUPONS_PER_ORDER", "MAX_LINE_QUANTITY", "MIN_QUANTITY_NOT_MET",
     "MIN_SPEND_NOT_MET", "NOT_APPLICABLE", "NOT_COMBINABLE", "OK", "VALIDATE_SEARCH_BUDGET", "WHOLE_ORDER_SKU",
     "BestCombination", "Candidate", "Cart", "CartLine", "CartValidation", "CouponPricing", "CouponRule", "InvalidCart",

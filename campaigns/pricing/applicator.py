@@ -16,8 +16,8 @@ from .units import _to_units
 def price_coupon(cart: Cart, candidate: Candidate, *, before: Sequence[CouponPricing] = ()) -> CouponPricing:
     """Return what `candidate` gives `cart` applied after the coupons `before` (in their order; refused ones
     count for nothing). `before` is what the order already holds or used, priced on this same cart (stored
-    shares rebuilt as CouponPricing will do)."""
-    remaining = list(cart.units)
+    shares, the lines' and the shipping's, rebuilt as CouponPricing will do)."""
+    remaining = list(cart.priced)
     held: list[Candidate] = []
     total = 0
     for result in before:
@@ -25,6 +25,7 @@ def price_coupon(cart: Cart, candidate: Candidate, *, before: Sequence[CouponPri
             held.append(result.candidate)
             for share in result.lines:
                 remaining[share.index] -= _to_units(share.discount, cart.currency)
+            remaining[-1] -= _to_units(result.shipping, cart.currency)
             total += _to_units(result.discount, cart.currency)
     terms = _Terms.of(cart, candidate)
     status, units = terms.price(remaining, total, _cap_of(held, cart.currency), held)

@@ -1,6 +1,7 @@
 """What one coupon takes off a cart (rules 1-6 of the package's docstring, in their order): its rule against
 one cart in minor units (`_Terms`), evaluated by reserve and redeem once and by the best-set search thousands of
-times."""
+times. An amount or a percentage off is priced here; tiers, free shipping and buy N get M by their benefit
+(kinds.py)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -8,10 +9,11 @@ from dataclasses import dataclass
 from decimal import ROUND_HALF_UP
 
 from ..money import compute_discount, minor_unit
+from .kinds import Benefit, benefit_of
 from .results import MIN_QUANTITY_NOT_MET, MIN_SPEND_NOT_MET, NOT_APPLICABLE, NOT_COMBINABLE, OK
-from .rules import Candidate, Cart, eligible_lines
+from .rules import FREE_SHIPPING, PERCENT, TIERS, Candidate, Cart, eligible_lines
 from .stacking import MAX_COUPONS_PER_ORDER, combinable
-from .units import _NO_CAP, _money, _to_units
+from .units import _NO_CAP, _allocate, _money, _to_units
 
 
 @dataclass(frozen=True)
@@ -19,7 +21,7 @@ class _Terms:
     """A candidate's rule against one cart, in minor units: what the search evaluates thousands of times."""
 
     candidate: Candidate
-    lines: tuple[int, ...]  # eligible positions
+    lines: tuple[int, ...]  # eligible positions (none: not applicable, as free shipping on an order without)
     quantity: int  # eligible items
     min_spend: int
     order_cap: int
@@ -29,27 +31,32 @@ class _Terms:
     hundredths: int | None = None
     cap_units: int | None = None
     fixed_units: int | None = None
+    benefit: Benefit | None = None  # tiers, free shipping, buy N get M (kinds.py); None: an amount or percentage
 
     @classmethod
     def of(cls, cart: Cart, candidate: Candidate) -> _Terms:
         rule = candidate.rule
         lines = eligible_lines(cart, rule)
+        if rule.discount_type == FREE_SHIPPING and not cart.priced[-1]:
+            lines = ()  # nothing to take off: not applicable
         cap = _NO_CAP if rule.order_cap is None else _to_units(rule.order_cap, cart.currency)
         hundredths = cap_units = fixed_units = None
         unit = minor_unit(cart.currency)
-        if rule.discount_type == "percent":
+        benefit = benefit_of(cart, rule, lines)
+        min_spend = rule.min_spend if rule.discount_type != TIERS else max(rule.min_spend, rule.tiers[0].threshold)
+        if benefit is None and rule.discount_type == PERCENT:
             scaled = rule.discount_value * 100
             if scaled == scaled.to_integral_value():
                 hundredths = int(scaled)
                 cap_units = None if rule.max_discount is None else _to_units(
                     rule.max_discount.quantize(unit, rounding=ROUND_HALF_UP), cart.currency)
-        else:
+        elif benefit is None:
             fixed_units = _to_units(rule.discount_value.quantize(unit, rounding=ROUND_HALF_UP), cart.currency)
         return cls(
             candidate=candidate, lines=lines, quantity=sum(cart.lines[i].quantity for i in lines),
-            min_spend=_to_units(rule.min_spend, cart.currency), order_cap=cap,
-            percent=float(rule.discount_value) / 100 if rule.discount_type == "percent" else None,
-            hundredths=hundredths, cap_units=cap_units, fixed_units=fixed_units,
+            min_spend=_to_units(min_spend, cart.currency), order_cap=cap,
+            percent=float(rule.discount_value) / 100 if rule.discount_type == PERCENT else None,
+            hundredths=hundredths, cap_units=cap_units, fixed_units=fixed_units, benefit=benefit,
         )
 
     def discount_units(self, eligible: int) -> int:
@@ -88,4 +95,13 @@ class _Terms:
         eligible = sum(remaining[i] for i in self.lines)
         if eligible < self.min_spend:
             return MIN_SPEND_NOT_MET, 0
+        if self.benefit is not None:
+            return OK, min(self.benefit.units(eligible, remaining), cap - total)
         return OK, min(self.discount_units(eligible), cap - total)
+
+    def split(self, units: int, remaining: Sequence[int]) -> list[tuple[int, int]]:
+        """Return where this coupon's `units` go: (position in the cart's priced amounts, share), one for each
+        eligible line (its share, maybe 0), or the shipping's alone for free shipping (shares.py, kinds.py)."""
+        if self.benefit is not None:
+            return self.benefit.split(units, self.lines, remaining)
+        return list(zip(self.lines, _allocate(units, [remaining[i] for i in self.lines]), strict=True))

@@ -9,7 +9,6 @@ from .applicator import price_coupon, price_coupons
 from .benefits import _Terms
 from .results import OK, BestCombination, CartValidation, CouponPricing
 from .rules import Candidate, Cart, CouponRule
-from .shares import _allocate
 from .stacking import MAX_COUPONS_PER_ORDER, canonical_order, combinable, stacking_key
 from .units import _NO_CAP
 
@@ -195,12 +194,12 @@ def _best(cart: Cart, candidates: Sequence[Candidate], alone: Sequence[CouponPri
                 exact = False
                 return
             after = list(remaining)
-            for index, share in zip(terms[j].lines, _allocate(units, terms[j].lines, remaining), strict=True):
+            for index, share in terms[j].split(units, remaining):
                 after[index] -= share
             explore((*subset, j), after, total + units, cap_j, allowed & compatible[j])
 
-    lines_total = sum(cart.units)
-    line_slack = 2 * len(cart.units)  # the rounding of one percentage over all the lines (_percent_masses)
-    explore((), list(cart.units), 0, _NO_CAP, (1 << count) - 1)
+    lines_total = sum(cart.priced)  # the lines' and the shipping's
+    line_slack = 2 * len(cart.priced)  # the rounding of one percentage over all the lines (_percent_masses)
+    explore((), list(cart.priced), 0, _NO_CAP, (1 << count) - 1)
     pricing = price_coupons(cart, [order[j] for j in best[1]])
     return BestCombination(pricing=pricing, exact=exact, evaluations=evaluations)

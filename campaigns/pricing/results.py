@@ -10,7 +10,7 @@ from typing import Any
 from core.codes import SLUGS, Code
 
 from ..money import money_text
-from .rules import Candidate
+from .rules import FREE_SHIPPING, Candidate
 
 OK = "ok"
 # The refusals' slugs, the registry's (core.errors): a use answers each with its code (coupons.services.order).
@@ -32,12 +32,15 @@ class LineShare:
 @dataclass(frozen=True)
 class CouponPricing:
     """One coupon on a cart: `status` OK or the slug refusing it; `discount` (0 when refused); `lines` the
-    eligible lines' shares, in cart order (empty when refused), summing to `discount`."""
+    eligible lines' shares, in cart order (empty when refused), and `shipping` the share taken off the shipping
+    (free shipping's whole discount, its lines then empty; 0 for every other kind): together they sum to
+    `discount`."""
 
     candidate: Candidate
     status: str
     discount: Decimal
     lines: tuple[LineShare, ...] = ()
+    shipping: Decimal = Decimal(0)
 
     @property
     def applicable(self) -> bool:
@@ -62,7 +65,8 @@ class LineTotal:
 @dataclass(frozen=True)
 class OrderPricing:
     """Coupons applied in order to one cart. `coupons` has every coupon tried, refused ones included (with
-    their status and no discount); `discount` is the total of those applied, `payable` = `amount` - `discount`."""
+    their status and no discount); `discount` is the total of those applied (`shipping_discount` of it off the
+    shipping), `payable` = `amount` + `shipping` - `discount`."""
 
     currency: str
     coupons: tuple[CouponPricing, ...]
@@ -70,6 +74,8 @@ class OrderPricing:
     discount: Decimal
     payable: Decimal
     lines: tuple[LineTotal, ...]
+    shipping: Decimal = Decimal(0)
+    shipping_discount: Decimal = Decimal(0)
 
     @property
     def applied(self) -> tuple[CouponPricing, ...]:
@@ -116,11 +122,14 @@ def as_json(result: CouponPricing | OrderPricing | BestCombination | CartValidat
     """Return the contract's JSON form of a result (amounts as decimal strings such as "350.00")."""
     if isinstance(result, CouponPricing):
         currency = result.candidate.rule.currency
-        return {
+        answer = {
             "code": result.code, "applicable": result.applicable, "status": result.status,
             "discount": money_text(result.discount, currency),
             "lines": [{"sku": share.sku, "discount": money_text(share.discount, currency)} for share in result.lines],
         }
+        if result.candidate.rule.discount_type == FREE_SHIPPING:  # its share, off the shipping (lines: none)
+            answer["shipping"] = money_text(result.shipping, currency)
+        return answer
     if isinstance(result, BestCombination):
         pricing = result.pricing
         return {
@@ -130,6 +139,7 @@ def as_json(result: CouponPricing | OrderPricing | BestCombination | CartValidat
     if isinstance(result, OrderPricing):
         return {
             "codes": list(result.codes), "amount": money_text(result.amount, result.currency),
+            **({"shipping": money_text(result.shipping, result.currency)} if result.shipping else {}),
             "discount": money_text(result.discount, result.currency),
             "payable": money_text(result.payable, result.currency),
             "coupons": [as_json(coupon) for coupon in result.coupons],

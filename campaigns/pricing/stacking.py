@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .rules import DISCOUNT_TYPES, Candidate
+from .rules import BUY_GET, FIXED, FREE_SHIPPING, PERCENT, TIERS, Candidate
 from .units import _NO_CAP, _to_units
 
 # The most coupons one order may carry. Five is what the shops we copy allow in practice (Voucherify's
@@ -28,9 +28,16 @@ def combinable(first: Candidate, second: Candidate) -> bool:
     )
 
 
+# The canonical stacking order of the benefits: items given (buy N get M) first, then the tiers judged on what the
+# items cost after them, amounts off, percentages of what is left, and free shipping (it takes off the shipping
+# alone, so its place changes only what an order cap leaves it).
+STACKING_ORDER = {BUY_GET: 0, TIERS: 1, FIXED: 2, PERCENT: 3, FREE_SHIPPING: 4}
+
+
 def stacking_key(candidate: Candidate) -> tuple[int, int, str]:
-    """Return the canonical stacking position of a coupon: fixed amounts first, then percentages."""
-    return (DISCOUNT_TYPES.index(candidate.rule.discount_type), candidate.campaign_id, candidate.code)
+    """Return the canonical stacking position of a coupon: by its benefit (STACKING_ORDER: fixed amounts before
+    percentages), then campaign and code."""
+    return (STACKING_ORDER[candidate.rule.discount_type], candidate.campaign_id, candidate.code)
 
 
 def canonical_order(candidates: Iterable[Candidate]) -> tuple[Candidate, ...]:

@@ -125,7 +125,12 @@ def run_grant(campaign_id: int, path: Path, env: dict[str, str], *, alongside: b
             f"ledger backlog at its end {backlog_at_end:,}")
         stop.touch()
         assert drainer.stdout is not None
-        progress = drainer.stdout.read().splitlines() or ["0 0"]
+        progress, shown = ["0 0"], time.monotonic()
+        for line in drainer.stdout:  # the drain's progress every 2 s
+            progress.append(line)
+            if time.monotonic() - shown >= 2:
+                shown = time.monotonic()
+                log(f"  drain: {int(line.split()[1]):,} entries persisted")
         drainer.wait(timeout=600)
         drain_s = time.monotonic() - t0
     finally:
@@ -143,10 +148,16 @@ def run_grant(campaign_id: int, path: Path, env: dict[str, str], *, alongside: b
 
 
 def check(campaign_id: int, lines: int, granted: dict[str, Any]) -> dict[str, Any]:
+    from django.conf import settings
+
     from campaigns.models import Campaign
+    from campaigns.redis_state import reset_redis_client
     from orders.models import Claim
     from orders.verify import campaign_verify
 
+    # verify reads the whole ledger's cut in one reply: a million entries outlast the 0.5 s socket timeout
+    settings.COUPONS_REDIS_SOCKET_TIMEOUT = 60
+    reset_redis_client()
     claims = Claim.objects.filter(campaign_id=campaign_id).count()
     balance = campaign_verify(campaign=Campaign.objects.get(pk=campaign_id))
     ok = granted["counts"]["granted"] == lines == claims and balance.balanced

@@ -89,3 +89,24 @@ def test_a_batch_stopped_by_a_pause_is_resumed_from_its_page(
     run_sent(sent)
     batch.refresh_from_db()
     assert (batch.status, batch.granted) == (GrantStatus.DONE, 3) and remaining(campaign) == 1
+
+
+def test_a_running_batch_whose_runner_died_goes_on_from_the_beat_sweep(
+        admin_client: Client, live_campaign: Any, sent: list[int], monkeypatch: Any) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from grants import services
+    monkeypatch.setattr(services, "CHUNK_SIZE", 1)
+    campaign = live_campaign(total_stock=4)
+    upload(admin_client, campaign.pk, b"a\nb\nc\n", "b")
+    tasks.grant_batch_continue(sent.pop())  # one chunk, then the worker dies with the task it sent
+    sent.clear()
+    tasks.grant_batches_sweep()
+    assert not sent  # a minute has not passed: its runner may be alive
+    GrantBatch.objects.update(updated_at=timezone.now() - timedelta(seconds=services.STALE_SECONDS + 1))
+    tasks.grant_batches_sweep()
+    run_sent(sent)
+    batch = GrantBatch.objects.get()
+    assert (batch.status, batch.granted, batch.chunks_done) == (GrantStatus.DONE, 3, 3) and remaining(campaign) == 1

@@ -116,3 +116,20 @@ def test_a_grant_campaign_is_granted_but_no_shopper_can_claim_it_or_see_it_liste
     assert claim.status_code == 404
     assert remaining(campaign) == 3
     drained_and_balanced(campaign)
+
+
+def test_a_call_while_the_same_batch_runs_is_the_409_and_a_dead_run_is_taken_over(
+        client: Client, live_campaign: Any, service_key: str) -> None:
+    from grants.lines import read_ids
+    from grants.models import GrantSource, GrantStatus
+    from grants.services import STALE_SECONDS, grant_batch_start
+
+    campaign = live_campaign(total_stock=5)
+    running = grant_batch_start(campaign=campaign, name="b", source=GrantSource.API, read=read_ids([(1, "x", "x")]))
+    response = grants(client, campaign.pk, {"batch": "b", "user_ids": ["a"]}, service_key)
+    assert response.status_code == 409 and response.json()["status"] == "idempotency_in_flight"
+    assert response["Retry-After"]
+    GrantBatch.objects.filter(pk=running.pk).update(updated_at=timezone.now() - timedelta(seconds=STALE_SECONDS + 1))
+    assert grants(client, campaign.pk, {"batch": "b", "user_ids": ["a"]}, service_key).json()["granted"] == 1
+    running.refresh_from_db()
+    assert running.status == GrantStatus.STOPPED and "process died" in running.error

@@ -20,7 +20,7 @@ from campaigns.redis_state import (
     scripts,
 )
 from campaigns.redis_state.recovery import redis_now_ms
-from core.codes import Code
+from core.codes import BUSINESS_CODES, Code
 from core.hot import hot
 
 try:
@@ -30,6 +30,8 @@ except ImportError:  # redis-py packs them (scripts().claim.each)
 
 # Not printable: no shopper's Idempotency-Key (printable ASCII, docs/api.md) can be a grant's.
 GRANT_KEY_PREFIX = "grant\x1f"
+# The shopper holds the campaign's per-user limit, or their group's (docs/api.md: both counted limit_reached).
+LIMITS = (int(ClaimCode.LIMIT_REACHED), BUSINESS_CODES["group_limit_reached"])
 PART = 250  # calls written at once: the next part is packed while Redis runs this one
 ROUNDS = 5  # a chunk's calls answered "too late" (Redis stalled past their deadline) are sent again, this often
 
@@ -92,7 +94,7 @@ def grant_chunk(*, campaign_id: int, user_ids: list[str], batch: str, started_ms
                 else:
                     counts.granted += 1
                 counts.trigger_drain = counts.trigger_drain or bool(flags & 2)
-            elif code in (ClaimCode.LIMIT_REACHED, ClaimCode.GROUP_LIMIT_REACHED):  # its own, or its group's
+            elif code in LIMITS:
                 counts.limit_reached += 1
             elif code == ClaimCode.SOLD_OUT:
                 counts.sold_out += 1

@@ -19,11 +19,15 @@ from core.i18n import StrOrPromise
 
 from . import pricing
 from .money import MINOR_UNITS, Discount, minor_unit
+from .rich_rules import RICH_KINDS, rule_errors, tiers_of
 
 
 class DiscountType(models.TextChoices):
     FIXED = "fixed", _("Fixed amount off")
     PERCENT = "percent", _("Percentage off")
+    TIERS = "tiers", _("Tiers (spend more, save more)")
+    FREE_SHIPPING = "free_shipping", _("Free shipping")
+    BUY_GET = "buy_get", _("Buy N get M free")
 
 
 class Audience(models.TextChoices):
@@ -127,7 +131,7 @@ class Campaign(models.Model):
     )
 
     # The coupon rule: one template per campaign.
-    discount_type = models.CharField(max_length=10, choices=DiscountType.choices, default=DiscountType.FIXED,
+    discount_type = models.CharField(max_length=16, choices=DiscountType.choices, default=DiscountType.FIXED,
         verbose_name=_("discount type"))
     discount_value = models.DecimalField(max_digits=12, decimal_places=2, verbose_name=_("discount value"))
     max_discount = models.DecimalField(max_digits=12, decimal_places=2, null=True, blank=True,
@@ -171,6 +175,18 @@ class Campaign(models.Model):
         help_text=_("The most all the coupons of an order holding this one may take off together (empty: no cap)."),
             verbose_name=_("order cap"))
 
+    # Richer rules (issue 38; campaigns/rich_rules.py): a tiers or buy N get M discount_type's own fields.
+    tiers = models.JSONField(
+        default=list, blank=True,
+        help_text=_("A tiers rule's steps, [threshold, amount off, is a percentage] each, going up; the first "
+                    "threshold is the minimum spend."), verbose_name=_("tiers"))
+    buy_quantity = models.PositiveSmallIntegerField(
+        default=0, blank=True, help_text=_("Buy N get M: the N items bought (0 for other rules)."),
+        verbose_name=_("buy quantity"))
+    get_quantity = models.PositiveSmallIntegerField(
+        default=0, blank=True, help_text=_("Buy N get M: the M cheapest items given (0 for other rules)."),
+        verbose_name=_("get quantity"))
+
     # Operators' daily tools (issue 37; docs/api.md, Grants, budgets, groups).
     budget = models.DecimalField(
         max_digits=14, decimal_places=2, null=True, blank=True,
@@ -200,7 +216,15 @@ class Campaign(models.Model):
             models.CheckConstraint(condition=Q(buckets__gte=1) & Q(buckets__lte=MAX_BUCKETS),
                                    name="campaign_buckets_in_range"),
             models.CheckConstraint(condition=Q(buckets=1) | Q(kind="grab"), name="campaign_buckets_grab_only"),
-            models.CheckConstraint(condition=Q(discount_value__gt=0), name="campaign_discount_positive"),
+            models.CheckConstraint(
+                condition=(Q(discount_type__in=["fixed", "percent"]) & Q(discount_value__gt=0))
+                | (Q(discount_type__in=list(RICH_KINDS)) & Q(discount_value=0)), name="campaign_discount_by_kind"),
+            models.CheckConstraint(condition=(Q(discount_type="tiers") & ~Q(tiers=[]))
+                                   | (~Q(discount_type="tiers") & Q(tiers=[])), name="campaign_tiers_by_kind"),
+            models.CheckConstraint(
+                condition=(Q(discount_type="buy_get") & Q(buy_quantity__gte=1) & Q(get_quantity__gte=1))
+                | (~Q(discount_type="buy_get") & Q(buy_quantity=0) & Q(get_quantity=0)),
+                name="campaign_buy_get_by_kind"),
             models.CheckConstraint(
                 condition=~Q(discount_type="percent") | Q(discount_value__lte=100),
                 name="campaign_percent_at_most_100",
@@ -270,7 +294,8 @@ class Campaign(models.Model):
             errors["group_limit"] = gettext("A group needs its limit, and a limit its group.")
         elif self.group_limit is not None and self.group_limit < 1:
             errors["group_limit"] = gettext("A group's limit is at least 1.")
-        if self.discount_value is not None and self.discount_value <= 0:
+        errors.update(rule_errors(self))  # tiers, free shipping, buy N get M (campaigns.rich_rules)
+        if self.discount_type not in RICH_KINDS and self.discount_value is not None and self.discount_value <= 0:
             errors["discount_value"] = gettext("A discount is more than 0.")
         elif self.discount_type == DiscountType.PERCENT and self.discount_value and self.discount_value > 100:
             errors["discount_value"] = gettext("A percentage discount is at most 100.")
@@ -332,8 +357,10 @@ class Campaign(models.Model):
 
     @property
     def is_scoped(self) -> bool:
-        """Whether the rule needs the cart's lines: a product or category scope, or a minimum quantity."""
-        return self.min_quantity > 0 or any(getattr(self, name) for name in SCOPE_LISTS)
+        """Whether the rule needs the cart's lines: a product or category scope, a minimum quantity, or items to
+        give (buy N get M)."""
+        return (self.discount_type == DiscountType.BUY_GET or self.min_quantity > 0
+                or any(getattr(self, name) for name in SCOPE_LISTS))
 
     def coupon_rule(self) -> pricing.CouponRule:
         """This campaign's coupon rule as campaigns.pricing prices it: the one adapter of a Campaign's fields."""
@@ -344,7 +371,8 @@ class Campaign(models.Model):
             exclude_categories=frozenset(self.exclude_categories),
             include_skus=frozenset(self.include_skus), exclude_skus=frozenset(self.exclude_skus),
             min_quantity=self.min_quantity, exclusive=self.exclusive, combinable_with=frozenset(self.combinable_with),
-            order_cap=self.order_cap,
+            order_cap=self.order_cap, tiers=tiers_of(self.tiers) if self.tiers else (),
+            buy=self.buy_quantity, get=self.get_quantity,
         )
 
     def candidate(self, code: str) -> pricing.Candidate:

@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
+from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -57,6 +58,9 @@ def campaign_create(
     exclusive: bool = False,
     combinable_with: list[int] | None = None,
     order_cap: Decimal | None = None,
+    tiers: list[list[Any]] | None = None,
+    buy_quantity: int = 0,
+    get_quantity: int = 0,
     buckets: int = 1,
     budget: Decimal | None = None,
     publish: bool = False,
@@ -91,6 +95,9 @@ def campaign_create(
         exclusive=exclusive,
         combinable_with=combinable_with or [],
         order_cap=order_cap,
+        tiers=tiers or [],
+        buy_quantity=buy_quantity,
+        get_quantity=get_quantity,
         buckets=buckets,
         budget=budget,
     )

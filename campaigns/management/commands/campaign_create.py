@@ -13,8 +13,9 @@ from django.utils import timezone
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from campaigns.models import SCOPE_LISTS, Audience, CampaignKind, DiscountType
+from campaigns.models import SCOPE_LISTS, Audience, CampaignKind
 from campaigns.money import AMOUNT_PLACES, AMOUNT_RE, MINOR_UNITS
+from campaigns.rich_rules import InvalidRule, rule_of_options
 from campaigns.services import campaign_create
 from core.commands import OperatorCommand
 from core.errors import ApplicationError
@@ -96,6 +97,9 @@ def campaign_summary(campaign: Any) -> dict[str, Any]:
         "order_cap": None if campaign.order_cap is None else str(campaign.order_cap),
         "buckets": campaign.buckets,
         "budget": None if campaign.budget is None else str(campaign.budget),
+        "discount_type": campaign.discount_type,
+        **({"tiers": campaign.tiers} if campaign.tiers else {}),
+        **({"buy": campaign.buy_quantity, "get": campaign.get_quantity} if campaign.buy_quantity else {}),
     }
 
 
@@ -108,9 +112,16 @@ class Command(OperatorCommand):
         parser.add_argument("--per-user-limit", type=int, default=1, help=gettext("coupons one shopper may claim"))
         parser.add_argument("--starts", default="now", help=gettext("ISO 8601 (naive = operator's zone) or 'now'"))
         parser.add_argument("--ends", default="+2h", help=gettext("ISO 8601 or +N[smhd] after the start"))
-        parser.add_argument("--discount", default="10.00", help=gettext("an amount (50.00) or a percentage (15%%)"))
-        parser.add_argument("--max-discount", help=gettext("cap of a percentage discount"))
-        parser.add_argument("--min-spend", default="0", help=gettext("minimum spend of an order to use the coupon"))
+        parser.add_argument("--discount", help=gettext("an amount (50.00) or a percentage (15%%); default 10.00"))
+        parser.add_argument("--max-discount", help=gettext("cap of a percentage, tiers, free shipping, buy N get M"))
+        parser.add_argument("--min-spend", help=gettext("minimum spend of an order to use the coupon (default 0)"))
+        parser.add_argument("--tiers", help=gettext("tiers instead of --discount and --min-spend: THRESHOLD:OFF, "
+                                                    "comma-separated, OFF an amount or a percentage "
+                                                    "(100:10,200:25,500:10%%)"))
+        parser.add_argument("--free-shipping", action="store_true",
+                            help=gettext("instead of --discount: the order's shipping off (capped by --max-discount)"))
+        parser.add_argument("--buy", type=int, help=gettext("buy N get M instead of --discount: N (with --get)"))
+        parser.add_argument("--get", type=int, help=gettext("buy N get M: the M cheapest items free"))
         parser.add_argument("--currency", default="CNY", help=gettext("ISO 4217 currency of the amounts"))
         validity = parser.add_mutually_exclusive_group()
         validity.add_argument("--valid-until", help=gettext("ISO 8601: coupons valid until then (inclusive)"))
@@ -146,9 +157,14 @@ class Command(OperatorCommand):
     def handle(self, *args: Any, **opts: Any) -> None:
         starts_at = parse_moment(opts["starts"], relative_to=timezone.now(), flag="--starts")
         ends_at = parse_moment(opts["ends"], relative_to=starts_at, flag="--ends")
-        discount_text: str = opts["discount"]
-        is_percent = discount_text.endswith("%")
-        discount = parse_money(discount_text.rstrip("%"), flag="--discount")
+        try:
+            rule = rule_of_options(discount=opts["discount"], min_spend=opts["min_spend"], tiers=opts["tiers"],
+                                   free_shipping=opts["free_shipping"], buy=opts["buy"], get=opts["get"],
+                                   currency=opts["currency"].upper())
+        except InvalidRule as exc:
+            raise CommandError(str(exc)) from exc
+        discount = parse_money(rule.pop("discount_text"), flag="--discount")
+        min_spend = parse_money(rule.pop("min_spend_text"), flag="--min-spend")
         valid_until = (
             parse_moment(opts["valid_until"], relative_to=ends_at, flag="--valid-until")
             if opts["valid_until"] else None
@@ -175,10 +191,10 @@ class Command(OperatorCommand):
                 per_user_limit=opts["per_user_limit"],
                 starts_at=starts_at,
                 ends_at=ends_at,
-                discount_type=DiscountType.PERCENT if is_percent else DiscountType.FIXED,
                 discount_value=discount or Decimal("0"),
                 max_discount=parse_money(opts["max_discount"], flag="--max-discount"),
-                min_spend=parse_money(opts["min_spend"], flag="--min-spend") or Decimal("0"),
+                min_spend=min_spend or Decimal("0"),
+                **rule,
                 currency=opts["currency"].upper(),
                 valid_until=valid_until,
                 valid_days=opts["valid_days"],

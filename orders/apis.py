@@ -15,7 +15,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from campaigns.redis_state import ClaimFlow, ClaimOutcome
+from campaigns.redis_state import CLAIM_STATUSES, ClaimCode, ClaimFlow, ClaimOutcome
 from core.api import (
     ShopperApi,
     ShopperTokenAuthentication,
@@ -177,13 +177,10 @@ def claim_body(outcome: ClaimOutcome) -> dict[str, Any]:
             "campaign_id": outcome.campaign_id}
 
 
+# The schema's answers are the outcomes' (claim_body of each code the script answers, CLAIM_STATUSES).
 _CLAIM_EXAMPLES: dict[str, dict[str, Any]] = {
-    "claimed": {"code": 0, "status": "claimed", "claim_id": "42-1764470000000-0", "campaign_id": 42},
-    "limit_reached": {"code": 1, "status": "limit_reached", "claim_id": None, "campaign_id": 42},
-    "sold_out": {"code": 2, "status": "sold_out", "claim_id": None, "campaign_id": 42},
-    "not_started": {"code": 3, "status": "not_started", "claim_id": None, "campaign_id": 42},
-    "ended": {"code": 4, "status": "ended", "claim_id": None, "campaign_id": 42},
-    "paused": {"code": 5, "status": "paused", "claim_id": None, "campaign_id": 42},
+    status: claim_body(ClaimOutcome(code, status, 42, "42-1764470000000-0" if code == ClaimCode.CLAIMED else None))
+    for code, status in CLAIM_STATUSES.items()
 }
 _REFUSED = {name: body for name, body in _CLAIM_EXAMPLES.items() if body["claim_id"] is None}
 
@@ -247,8 +244,8 @@ class CampaignClaimApi(APIView):
         ],
         request={"application/json": OpenApiTypes.OBJECT},  # no field is read: any JSON object, or no body
         responses={
-            200: OpenApiResponse(_CLAIM_RESULT, description="Decided: 0 claimed, 1 limit_reached, 2 sold_out, "
-                                                            "3 not_started, 4 ended, 5 paused."),
+            200: OpenApiResponse(_CLAIM_RESULT, description="Decided: " + ", ".join(
+                f"{code} {status}" for code, status in CLAIM_STATUSES.items()) + "."),
             429: OpenApiResponse(description="Rate limited: the campaign, the shopper or the address sent too many "
                                              "claims this second (Retry-After). Not stored under the "
                                              "Idempotency-Key."),

@@ -21,11 +21,22 @@ from rest_framework.response import Response
 
 from campaigns import pricing
 from campaigns.apis import AmountInCurrencyField
-from campaigns.models import SCOPE_NAME_RE
-from campaigns.money import AMOUNT_PLACES, MINOR_UNITS, InvalidAmount, amount_re, parse_amount
+from campaigns.money import MINOR_UNITS, InvalidAmount, amount_re, parse_amount
 from core.api import ShopperApi, idempotency_key_parameter, pattern_schema
 from core.http import client_ip, idempotency_key
 
+from .api_fields import (
+    MAX_CART_CODES,
+    MAX_CART_LINES,
+    AmountField,
+    ShippingField,
+    TextField,
+    WholeNumberField,
+    cart_lines_field,
+    cart_lines_of,
+    shipping_of,
+    shipping_re,
+)
 from .carts import cart_validate
 from .guard import CodeLookups, guarded, refuse_unknown
 from .idempotency import Answer, run_idempotent
@@ -90,105 +101,6 @@ class OrderIdField(serializers.Field):
         return str(value)
 
 
-@extend_schema_field(pattern_schema(amount_re(AMOUNT_PLACES), example="350.00"))
-class AmountField(serializers.Field):
-    """An amount's decimal text ("350.00"); the serializer checks it in its currency (campaigns.money)."""
-
-    default_error_messages = dict.fromkeys(("required", "null", "invalid"),
-                                           'order_amount is required: a decimal string such as "350.00".')
-
-    def __init__(self, *args: Any, name: str = "order_amount", **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        if name != "order_amount":
-            self.error_messages = dict.fromkeys(
-                ("required", "null", "invalid"), f'{name} is required: a decimal string such as "35.00".')
-
-    def to_internal_value(self, data: Any) -> str:
-        if not isinstance(data, str):
-            self.fail("invalid")
-        return data
-
-    def to_representation(self, value: Any) -> str:
-        return str(value)
-
-
-class WholeNumberField(serializers.IntegerField):
-    """A JSON integer and nothing else (DRF's IntegerField also takes "900" and 900.0)."""
-
-    def to_internal_value(self, data: Any) -> int:
-        if isinstance(data, bool) or not isinstance(data, int):
-            self.fail("invalid")
-        return data
-
-
-@extend_schema_field(pattern_schema(SCOPE_NAME_RE, example="TEA-1"))
-class ScopeNameField(serializers.Field):
-    """A SKU or a category: 1-64 of [A-Za-z0-9_.:/-], as a campaign's scope names them (campaigns.models)."""
-
-    default_error_messages = dict.fromkeys(("required", "null", "invalid"),
-                                           "sku and category are 1-64 of A-Z a-z 0-9 _ . : / -")
-
-    def to_internal_value(self, data: Any) -> str:
-        if isinstance(data, str) and SCOPE_NAME_RE.fullmatch(data):
-            return data
-        self.fail("invalid")
-
-    def to_representation(self, value: Any) -> str:
-        return str(value)
-
-
-class TextField(serializers.CharField):
-    """A JSON string and nothing else (DRF's CharField also takes 7 and true)."""
-
-    def to_internal_value(self, data: Any) -> str:
-        if not isinstance(data, str):
-            self.fail("invalid")
-        return super().to_internal_value(data)
-
-
-MAX_CART_LINES = 100
-MAX_CART_CODES = 20
-
-
-class CartLineInputSerializer(serializers.Serializer):
-    """One line of a cart: quantity items of sku (in category, if the shop has one) at unit_price each."""
-
-    sku = ScopeNameField(help_text="1-64 of [A-Za-z0-9_.:/-]")
-    category = ScopeNameField(required=False, help_text="1-64 of [A-Za-z0-9_.:/-]; leave out when none")
-    quantity = WholeNumberField(
-        min_value=1, max_value=pricing.MAX_LINE_QUANTITY,
-        error_messages=dict.fromkeys(("required", "null", "invalid", "min_value", "max_value"),
-                                     f"quantity is a whole number from 1 to {pricing.MAX_LINE_QUANTITY}."))
-    unit_price = AmountField(name="unit_price", help_text='Decimal string, e.g. "35.00"; at most the currency\'s '
-                                                         'decimals')
-
-    class Meta:
-        ref_name = "CartLine"
-
-
-def _cart_lines_field(required: bool) -> serializers.ListField:
-    return serializers.ListField(
-        child=CartLineInputSerializer(), required=required, min_length=1, max_length=MAX_CART_LINES,
-        help_text=f"1 to {MAX_CART_LINES} lines",
-        error_messages=dict.fromkeys(("required", "null", "not_a_list", "empty", "min_length", "max_length"),
-                                     f"lines is a list of 1 to {MAX_CART_LINES} lines."))
-
-
-def cart_lines_of(lines: list[dict[str, Any]], currency: str) -> tuple[pricing.CartLine, ...]:
-    """The cart lines of validated line data in `currency` (each unit price at most its decimals); raise
-    ValidationError naming the line. Any sum they make fits Coupon.order_amount (24 digits)."""
-    parsed = []
-    for position, line in enumerate(lines):
-        try:
-            price = parse_amount(line["unit_price"], currency)
-        except InvalidAmount as exc:
-            message = str(exc).replace("order_amount", "unit_price")
-            raise serializers.ValidationError({"lines": [f"line {position + 1}: {message}"]}) from exc
-        parsed.append(pricing.CartLine(sku=line["sku"], quantity=line["quantity"], unit_price=price,
-                                       category=line.get("category")))
-    return tuple(parsed)
-
-
 class OrderIdInputSerializer(serializers.Serializer):
     """The order a confirm or a release is for."""
 
@@ -204,15 +116,18 @@ def _currency_field(help_text: str) -> serializers.ChoiceField:
 
 class OrderInputSerializer(OrderIdInputSerializer):
     """The order a coupon is used for; its amount has at most its currency's decimals (none in JPY, two in CNY).
-    With `lines`, the amount is their sum (order_amount, if given, must equal it)."""
+    With `lines`, the amount is their sum (order_amount, if given, must equal it). `shipping`: payable beside."""
 
     order_amount = AmountField(required=False, help_text='Decimal string, e.g. "350.00"; at most the currency\'s '
                                                          'decimals. Required without lines; with lines, their sum')
     currency = _currency_field("ISO 4217, the coupon's currency, e.g. CNY")
-    lines = _cart_lines_field(required=False)
+    lines = cart_lines_field(required=False)
+    shipping = ShippingField(help_text='The order\'s shipping, e.g. "12.00" (default 0): payable beside the lines, '
+                                       'taken off by a free-shipping coupon only')
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         currency = attrs["currency"]
+        attrs = {**attrs, "shipping": shipping_of(attrs.get("shipping"), currency)}
         amount = None
         if "order_amount" in attrs:
             try:
@@ -253,7 +168,8 @@ class OrderInputSchema(OpenApiSerializerExtension):
                 object=f"currency-with-{places}-decimals", schema={"type": "string", "enum": sorted(currencies)})
             auto_schema.registry.register_on_missing(currencies_enum)
             amount = {"pattern": pattern_schema(amount_re(places))["pattern"]}
-            alternative = {"currency": currencies_enum.ref, "lines": {"items": {"properties": {"unit_price": amount}}}}
+            alternative = {"currency": currencies_enum.ref, "lines": {"items": {"properties": {"unit_price": amount}}},
+                           "shipping": {"pattern": pattern_schema(shipping_re(places))["pattern"]}}
             if with_amount:
                 alternative["order_amount"] = amount
             schema["oneOf"].append({"properties": alternative})
@@ -267,7 +183,7 @@ class OrderInputSchema(OpenApiSerializerExtension):
 def order_of(data: dict[str, Any]) -> Order:
     """The Order of OrderInputSerializer's validated data."""
     return Order(order_id=data["order_id"], amount=data["order_amount"], currency=data["currency"],
-                 lines=data["lines"])
+                 lines=data["lines"], shipping=data["shipping"])
 
 
 def coupon_endpoint(code: str, action: str, user_id: str, ip: str | None = None) -> tuple[str, str]:
@@ -300,12 +216,13 @@ _USE_RESPONSE = inline_serializer("CouponUseResult", {
     "code": serializers.IntegerField(help_text=_USE_CODES),
     "status": serializers.CharField(),
     "discount": serializers.CharField(required=False, help_text="decimal string"),
-    "payable": serializers.CharField(required=False, help_text="order amount minus discount, decimal string"),
+    "payable": serializers.CharField(required=False, help_text="order amount plus shipping minus discount"),
     "hold_until": serializers.DateTimeField(required=False),
     "lines": serializers.ListField(
         required=False, help_text="With lines sent: each eligible line's share of the discount (they sum to it)",
         child=inline_serializer("LineShare", {"sku": serializers.CharField(),
                                               "discount": serializers.CharField(help_text="decimal string")})),
+    "shipping": serializers.CharField(required=False, help_text="A free-shipping coupon's discount, off the shipping"),
     "detail": serializers.CharField(required=False),
 })
 
@@ -499,7 +416,7 @@ class CartValidateInputSerializer(serializers.Serializer):
     """A cart to price: its currency, its lines, and codes the shopper typed."""
 
     currency = _currency_field("ISO 4217, e.g. CNY")
-    lines = _cart_lines_field(required=True)
+    lines = cart_lines_field(required=True)
     codes = serializers.ListField(
         child=TextField(min_length=1, max_length=64, trim_whitespace=False), required=False,
         max_length=MAX_CART_CODES, default=list,
@@ -510,9 +427,13 @@ class CartValidateInputSerializer(serializers.Serializer):
     class Meta:
         ref_name = "CartValidateRequest"
 
+    shipping = ShippingField(help_text='The order\'s shipping, e.g. "12.00" (default 0)')
+
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        lines = cart_lines_of(attrs["lines"], attrs["currency"])
-        return {**attrs, "cart": pricing.Cart(currency=attrs["currency"], lines=lines)}
+        currency = attrs["currency"]
+        lines = cart_lines_of(attrs["lines"], currency)
+        shipping = shipping_of(attrs.get("shipping"), currency)
+        return {**attrs, "cart": pricing.Cart(currency=currency, lines=lines, shipping=shipping)}
 
 
 class CartInputSchema(OrderInputSchema):
@@ -531,6 +452,7 @@ _CART_COUPON = inline_serializer("CartCoupon", {
     "discount": serializers.CharField(help_text="decimal string; 0 unless applicable"),
     "lines": serializers.ListField(child=inline_serializer("CartLineShare", {
         "sku": serializers.CharField(), "discount": serializers.CharField(help_text="decimal string")})),
+    "shipping": serializers.CharField(required=False, help_text="A free-shipping coupon's discount, off the shipping"),
 })
 _CART_EXAMPLE_REQUEST = {"currency": "CNY", "codes": ["SAVE50"], "lines": [
     {"sku": "TEA-1", "category": "tea", "quantity": 2, "unit_price": "120.00"},
@@ -571,7 +493,7 @@ class CartValidateApi(ShopperApi):
             "best": inline_serializer("BestCombination", {
                 "codes": serializers.ListField(child=serializers.CharField()),
                 "discount": serializers.CharField(help_text="decimal string"),
-                "payable": serializers.CharField(help_text="the cart's amount minus discount, never negative")}),
+                "payable": serializers.CharField(help_text="the cart's amount plus shipping minus discount, >= 0")}),
         })},
         examples=[OpenApiExample("validated", response_only=True, value=_CART_EXAMPLE_ANSWER),
                   OpenApiExample("request", request_only=True, value=_CART_EXAMPLE_REQUEST)],

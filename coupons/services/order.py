@@ -29,23 +29,26 @@ class CurrencyMismatch(ApplicationError):
 @dataclass(frozen=True)
 class Order:
     """The order a coupon is used for: validated by the caller. `lines` None: an order known by its amount alone
-    (priced as one line of that amount); else `amount` is their sum."""
+    (priced as one line of that amount); else `amount` is their sum. `shipping`: payable beside them (0: none)."""
 
     order_id: str
     amount: Decimal
     currency: str
     lines: tuple[pricing.CartLine, ...] | None = None
+    shipping: Decimal = Decimal(0)
 
     def cart(self) -> pricing.Cart:
         if self.lines is None:
-            return pricing.whole_order_cart(self.amount, self.currency)
-        return pricing.Cart(currency=self.currency, lines=self.lines)
+            return pricing.whole_order_cart(self.amount, self.currency, self.shipping)
+        return pricing.Cart(currency=self.currency, lines=self.lines, shipping=self.shipping)
 
     def fingerprint_payload(self) -> dict[str, Any]:
-        """What an Idempotency-Key's fingerprint covers: the order, its lines when it has some."""
+        """What an Idempotency-Key's fingerprint covers: the order, its lines and its shipping when it has some."""
         payload: dict[str, Any] = {"order_id": self.order_id, "amount": self.amount, "currency": self.currency}
         if self.lines is not None:
             payload["lines"] = _lines_form(self.lines)
+        if self.shipping:
+            payload["shipping"] = self.shipping
         return payload
 
 
@@ -54,8 +57,12 @@ def _lines_form(lines: tuple[pricing.CartLine, ...]) -> list[list[Any]]:
 
 
 def cart_digest(cart: pricing.Cart) -> str:
-    """The digest of a cart's currency and lines: an order's coupons are priced on one cart."""
-    text = json.dumps([cart.currency, _lines_form(cart.lines)], separators=(",", ":"))
+    """The digest of a cart's currency, lines and shipping (when it has some): an order's coupons are priced on one
+    cart."""
+    form: list[Any] = [cart.currency, _lines_form(cart.lines)]
+    if cart.shipping:
+        form.append(str(cart.shipping))
+    text = json.dumps(form, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
@@ -104,7 +111,7 @@ def _stored_pricing(coupon: Coupon, cart: pricing.Cart) -> pricing.CouponPricing
     lines = tuple(pricing.LineShare(index=index, sku=sku, discount=Decimal(share))
                   for index, sku, share in stored["lines"])
     return pricing.CouponPricing(candidate=coupon.campaign.candidate(coupon.code), status=pricing.OK,
-                                 discount=coupon.discount, lines=lines)
+                                 discount=coupon.discount, lines=lines, shipping=Decimal(stored.get("shipping", 0)))
 
 
 def _price_on_order(coupon: Coupon, order: Order, user_id: str, now: datetime, others: tuple[Coupon, ...] | None
@@ -118,20 +125,24 @@ def _price_on_order(coupon: Coupon, order: Order, user_id: str, now: datetime, o
     campaign = coupon.campaign
     candidate = campaign.candidate(coupon.code)
     if order.lines is None and campaign.is_scoped:  # a scope is judged on lines: an amount alone has none
-        return pricing.CouponPricing(candidate, pricing.NOT_APPLICABLE, Decimal(0)), cart.amount
+        return pricing.CouponPricing(candidate, pricing.NOT_APPLICABLE, Decimal(0)), cart.total
     if others is None:
         others = tuple(order_coupons(user_id=user_id, order_id=order.order_id, now=now, exclude=coupon.pk))
     before = [_stored_pricing(other, cart) for other in others]
     result = pricing.price_coupon(cart, candidate, before=before)
-    return result, cart.amount - sum((b.discount for b in before), Decimal(0)) - result.discount
+    return result, cart.total - sum((b.discount for b in before), Decimal(0)) - result.discount
 
 
 def shares_of(order: Order, result: pricing.CouponPricing, payable: Decimal) -> dict[str, Any]:
     """What Coupon.shares stores of a use: the cart's digest, each eligible line's [index, sku, share], the
-    order's payable after the coupon, whether the order came with lines."""
+    order's payable after the coupon, whether the order came with lines; a free-shipping coupon's share of the
+    shipping."""
     cart = order.cart()
-    return {"cart": cart_digest(cart), "lines": [[s.index, s.sku, str(s.discount)] for s in result.lines],
-            "payable": str(payable), "with_lines": order.lines is not None}
+    shares = {"cart": cart_digest(cart), "lines": [[s.index, s.sku, str(s.discount)] for s in result.lines],
+              "payable": str(payable), "with_lines": order.lines is not None}
+    if result.candidate.rule.discount_type == pricing.FREE_SHIPPING:
+        shares["shipping"] = str(result.shipping)
+    return shares
 
 
 def _use_checked(coupon: Coupon, order: Order, user_id: str, now: datetime, others: tuple[Coupon, ...] | None = None
@@ -172,7 +183,7 @@ def _same_use(coupon: Coupon, order: Order) -> bool:
 
 def _use_answer(coupon: Coupon) -> dict[str, Any]:
     """discount, payable (the order's, after this coupon and those before it) and, for an order sent with lines,
-    each eligible line's share."""
+    each eligible line's share; a free-shipping coupon's share of the shipping (`shipping`, its whole discount)."""
     assert coupon.discount is not None and coupon.order_amount is not None
     stored = coupon.shares
     if stored is None:
@@ -180,10 +191,15 @@ def _use_answer(coupon: Coupon) -> dict[str, Any]:
     answer: dict[str, Any] = {"discount": coupon.discount, "payable": Decimal(stored["payable"])}
     if stored.get("with_lines"):
         answer["lines"] = [{"sku": sku, "discount": share} for _, sku, share in stored["lines"]]
+    if "shipping" in stored:
+        answer["shipping"] = Decimal(stored["shipping"])
     return answer
 
 
 def _lines_data(order: Order, shares: dict[str, Any]) -> dict[str, Any]:
-    """The line shares an event of a use records, for an order sent with lines."""
-    return {"lines": shares["lines"]} if order.lines is not None else {}
+    """The line shares an event of a use records, for an order sent with lines, and a shipping share."""
+    data = {"lines": shares["lines"]} if order.lines is not None else {}
+    if "shipping" in shares:
+        data["shipping"] = shares["shipping"]
+    return data
 

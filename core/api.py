@@ -263,7 +263,8 @@ def shopper_header_parameters() -> list[OpenApiParameter]:
         OpenApiParameter("X-User-Id", pattern_schema(USER_ID_RE), OpenApiParameter.HEADER, required=True,
                          description="The shopper's id: 1-64 characters of A-Z a-z 0-9 _ -"),
         OpenApiParameter("X-Token", pattern_schema(TOKEN_RE), OpenApiParameter.HEADER, required=True,
-                         description="<expires>.<hex HMAC-SHA256(secret, '<user id>.<expires>')>"),
+                         description="[<key id>.]<expires>.<hex HMAC-SHA256(secret, '<user id>.<expires>')>: the "
+                                     "default key's secret, or with a key id that storefront key's"),
     ]
 
 
@@ -322,7 +323,8 @@ class ShopperTokenScheme(OpenApiAuthenticationExtension):
             {"type": "apiKey", "in": "header", "name": "X-User-Id",
              "description": "The shopper's id: 1-64 characters of A-Z a-z 0-9 _ -"},
             {"type": "apiKey", "in": "header", "name": "X-Token",
-             "description": "<expires>.<lowercase hex HMAC-SHA256(COUPONS_TOKEN_SECRET, '<user id>.<expires>')>"},
+             "description": "<expires>.<lowercase hex HMAC-SHA256(COUPONS_TOKEN_SECRET, '<user id>.<expires>')>, "
+                            "or <key id>.<expires>.<the same with that storefront key's secret>"},
         ]
 
     def get_security_requirement(self, auto_schema: Any) -> dict[str, list[str]]:

@@ -113,17 +113,32 @@ def is_user_id(value: str | None) -> bool:
     return value is not None and USER_ID_RE.fullmatch(value) is not None
 
 
+DEFAULT_KEY = "default"  # what _signer() answers for a token of the default key
+
+
 def authenticate(user_id: str | None, token: str | None, *, tags: str | None = None, now: float | None = None
                  ) -> str | None:
     """Return the shopper's user id when the token is valid for it and for the X-Shopper-Tags header's value
     `tags` (None: no header), else None."""
-    identity = identify(user_id, token, tags=tags, now=now)
-    return None if identity is None else identity.user_id
+    return None if _signer(user_id, token, tags, now) is None else user_id
 
 
 def identify(user_id: str | None, token: str | None, *, tags: str | None = None, now: float | None = None
              ) -> Identity | None:
     """authenticate(), answering who signed the token too (the storefront and its channels), or None."""
+    key = _signer(user_id, token, tags, now)
+    if key is None:
+        return None
+    if key is DEFAULT_KEY:
+        return Identity(user_id)  # type: ignore[arg-type]
+    assert isinstance(key, SigningKey)
+    return Identity(user_id, key.key_id, key.storefront_id, key.channels)  # type: ignore[arg-type]
+
+
+def _signer(user_id: str | None, token: str | None, tags: str | None, now: float | None
+            ) -> SigningKey | str | None:
+    """The storefront key that signed `token` for `user_id` (and `tags`), DEFAULT_KEY for the default key's, or
+    None when it is not valid. One signature compared in constant time, whatever is wrong."""
     if not is_user_id(user_id) or token is None:
         return None
     if tags is not None and TAGS_RE.fullmatch(tags) is None:
@@ -132,25 +147,23 @@ def identify(user_id: str | None, token: str | None, *, tags: str | None = None,
     if match is None:
         return None
     key_id, expires_text, signature = match.groups()
-    expires = int(expires_text)
     settings_now = hot()
     current = time.time() if now is None else now
+    expires = int(expires_text)
     if expires < current or expires > current + settings_now.token_max_ttl:
         return None
     if key_id is None:
         if not settings_now.token_default_key:
             hmac.compare_digest(signature, signature)  # the same work as a check: a refusal takes as long
             return None
-        inner, outer, key = settings_now.token_inner, settings_now.token_outer, None
-    else:
-        key = _storefront_key(key_id)
-        if key is None:  # unknown or revoked: checked against the default key's states, then refused
-            inner, outer = settings_now.token_inner, settings_now.token_outer
-        else:
-            inner, outer = key.inner, key.outer
-    expected = _signature(inner, outer, user_id, expires_text, tags)  # type: ignore[arg-type]
-    if not hmac.compare_digest(expected, signature) or (key_id is not None and key is None):
+        expected = _signature(settings_now.token_inner, settings_now.token_outer, user_id,  # type: ignore[arg-type]
+                              expires_text, tags)
+        return DEFAULT_KEY if hmac.compare_digest(expected, signature) else None
+    key = _storefront_key(key_id)
+    if key is None:  # unknown or revoked: checked against the default key's states all the same, then refused
+        expected = _signature(settings_now.token_inner, settings_now.token_outer, user_id,  # type: ignore[arg-type]
+                              expires_text, tags)
+        hmac.compare_digest(expected, signature)
         return None
-    if key is None:
-        return Identity(user_id)  # type: ignore[arg-type]
-    return Identity(user_id, key.key_id, key.storefront_id, key.channels)  # type: ignore[arg-type]
+    expected = _signature(key.inner, key.outer, user_id, expires_text, tags)  # type: ignore[arg-type]
+    return key if hmac.compare_digest(expected, signature) else None

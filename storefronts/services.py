@@ -87,11 +87,12 @@ def storefront_add(*, name: str, channels: str | Iterable[str] | None = None) ->
     return storefront, storefront_key_issue(storefront=storefront)
 
 
-def storefront_change(*, storefront: Storefront, channels: str | Iterable[str] | None) -> Storefront:
-    """Change a storefront's channels (its shoppers' identity carries them)."""
+def storefront_change(*, storefront: Storefront, name: str, channels: str | Iterable[str] | None) -> Storefront:
+    """Rename a storefront or change its channels (its shoppers' identity carries them: every worker is told)."""
     with transaction.atomic():
+        storefront.name = name.strip()
         storefront.channels = channels_of(channels)
-        storefront.save(update_fields=["channels"])
+        storefront.save(update_fields=["name", "channels"])
         _announce_after_commit()
     return storefront
 

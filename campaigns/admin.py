@@ -50,7 +50,8 @@ LIVE_LOCKED = ["kind", "code", "buckets",
                # the scope and stacking too: coupons held already were priced on them (their stored shares)
                "include_categories", "exclude_categories", "include_skus", "exclude_skus", "min_quantity",
                "exclusive", "combinable_with", "order_cap",
-               "budget"]  # its money left is in Redis (coupons/budget.py)
+               "budget",  # its money left is in Redis (coupons/budget.py)
+               "group", "group_limit"]  # its keys are named after its group (campaigns.redis_state.keys)
 
 
 class StateFilter(admin.SimpleListFilter):

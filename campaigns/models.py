@@ -294,6 +294,9 @@ class Campaign(models.Model):
             errors["group_limit"] = gettext("A group needs its limit, and a limit its group.")
         elif self.group_limit is not None and self.group_limit < 1:
             errors["group_limit"] = gettext("A group's limit is at least 1.")
+        elif self.group and self.buckets != 1:  # its keys live in the group's one slot (docs/design.md, Groups)
+            errors["buckets"] = gettext("A campaign of a group has one bucket.")
+        errors.update(self._group_fixed_errors())
         errors.update(rule_errors(self))  # tiers, free shipping, buy N get M (campaigns.rich_rules)
         if self.discount_type not in RICH_KINDS and self.discount_value is not None and self.discount_value <= 0:
             errors["discount_value"] = gettext("A discount is more than 0.")
@@ -324,6 +327,16 @@ class Campaign(models.Model):
                         "currency": self.currency, "places": places}
         if errors:
             raise ValidationError(errors)
+
+    def _group_fixed_errors(self) -> dict[str, str]:
+        """A campaign's group and its limit are fixed once it is in Redis (its keys are named after the group, and
+        each process keeps them: campaigns.redis_state.keys), as its buckets are."""
+        if self.pk is None:
+            return {}
+        saved = Campaign.objects.filter(pk=self.pk, preheated_at__isnull=False).values("group", "group_limit").first()
+        if saved is None or (saved["group"], saved["group_limit"]) == (self.group, self.group_limit):
+            return {}
+        return {"group": gettext("A campaign's group and its limit can't change once it is loaded into Redis.")}
 
     def _scope_errors(self) -> dict[str, str]:
         """The scope lists' and combination's problems (names, duplicates, unknown or own campaign ids)."""

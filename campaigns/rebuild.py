@@ -60,6 +60,7 @@ def campaign_state_rebuild(*, campaign: Campaign, claims: ClaimRecords, buckets:
     buckets, `buckets` holds each bucket's claims, and only the buckets Redis lost are rebuilt (_rebuild_buckets).
     Raise StoreUnavailable.
     """
+    redis_state.remember_group(campaign.pk, campaign.group or None, campaign.group_limit or 0)  # its keys' names
     if buckets is not None and campaign.buckets > 1:
         return _rebuild_buckets(campaign, buckets)
     redis_state.replace_claim_records(campaign.pk, claims.per_user,

@@ -63,6 +63,8 @@ def campaign_create(
     get_quantity: int = 0,
     buckets: int = 1,
     budget: Decimal | None = None,
+    group: str = "",
+    group_limit: int | None = None,
     publish: bool = False,
 ) -> Campaign:
     """Create a campaign (validated like the admin form); with publish=True also publish and preheat it.
@@ -100,6 +102,8 @@ def campaign_create(
         get_quantity=get_quantity,
         buckets=buckets,
         budget=budget,
+        group=group,
+        group_limit=group_limit,
     )
     try:
         campaign.full_clean()
@@ -237,6 +241,8 @@ def campaign_state_load(campaign: Campaign, *, initial_stock: int | None, last_l
         buckets=campaign.buckets,
         share=share,
         grant_only=campaign.kind == CampaignKind.GRANT,
+        group=campaign.group,
+        group_limit=campaign.group_limit or 0,
     )
 
 

@@ -29,8 +29,7 @@ BUSINESS_CODES: dict[str, int] = {
     "not_applicable": 20,
     "min_quantity_not_met": 21,
     "budget_exhausted": 22,  # 22: a reserve or redeem whose discount does not fit in the campaign's budget
-    # 23: named by the contract, answered by nothing yet (not in Code)
-    "group_limit_reached": 23,
+    "group_limit_reached": 23,  # 23: a claim, grant or code use over its campaign's group's limit
 }
 
 # The slug of each refusal's code (every code but 0, which has one slug an operation).
@@ -60,3 +59,4 @@ class Code(enum.IntEnum):
     NOT_APPLICABLE = BUSINESS_CODES["not_applicable"]
     MIN_QUANTITY_NOT_MET = BUSINESS_CODES["min_quantity_not_met"]
     BUDGET_EXHAUSTED = BUSINESS_CODES["budget_exhausted"]
+    GROUP_LIMIT_REACHED = BUSINESS_CODES["group_limit_reached"]

@@ -28,6 +28,7 @@ _DETAILS = {
     UseCode.NOT_APPLICABLE: "No line of the order is in the coupon's scope.",
     UseCode.MIN_QUANTITY_NOT_MET: "The order has fewer items in the coupon's scope than it requires.",
     UseCode.BUDGET_EXHAUSTED: "The campaign's budget has not enough left for this discount.",
+    UseCode.GROUP_LIMIT_REACHED: "You hold as many coupons of this campaign's group as a shopper may.",
 }
 REFUSALS = {code: (SLUGS[code], detail) for code, detail in _DETAILS.items()}
 

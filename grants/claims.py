@@ -154,9 +154,5 @@ def _read_replies(connection: Any, part: list[Any], replies: list[Any]) -> None:
 
 def _grant_call(campaign_id: int, user_id: str, key: str, now_ms: int, buckets: int) -> tuple[list[str], list]:
     call = claim_call(campaign_id=campaign_id, user_id=user_id, idempotency_key=key, client_ip=None, now_ms=now_ms,
-                      bucket=bucket_of(user_id, buckets), buckets=buckets)
-    args = list(call.args)
-    if buckets == 1:  # ARGV[13] and ARGV[14] before claim.lua's grant argument (ARGV[15])
-        args += [1, "0"]
-    args.append("1")
-    return call.keys, args
+                      bucket=bucket_of(user_id, buckets), buckets=buckets, grant=True)
+    return call.keys, call.args

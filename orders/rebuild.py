@@ -21,6 +21,7 @@ from coupons.budget import load as budget_load
 from coupons.services import held_uses
 
 from .drain import drain_campaign
+from .groups import group_restore_lost
 from .models import Claim, ClaimStatus
 from .sold_out import forget_sold_out
 from .verify import BUCKET_SQL
@@ -31,7 +32,8 @@ def campaign_rebuild(*, campaign: Campaign) -> int:
 
     Drains whatever the ledger still holds first (taking over every unacknowledged entry), so that no
     claim Redis accepted is forgotten, then loads per-user counts, the stream's last id and the stock; a budget
-    Redis lost is loaded from PostgreSQL (the budget less the discounts of its held and redeemed coupons).
+    Redis lost is loaded from PostgreSQL (the budget less the discounts of its held and redeemed coupons), and so
+    is a lost group hash (orders.groups: the coupons held of all the group's campaigns).
     One at a time per campaign (RepairBusy otherwise).
     """
     with campaign_repair_lock(campaign.pk) as taken:
@@ -39,6 +41,8 @@ def campaign_rebuild(*, campaign: Campaign) -> int:
             raise RepairBusy()
         if campaign.budget is not None:  # what is left of its budget, from its coupons' discounts (a lost one)
             budget_load(campaign)
+        if campaign.group:  # a lost group hash first, from PostgreSQL: its campaigns' claims and code uses wait
+            group_restore_lost(campaign)
         try:
             return campaign_preheat(campaign=campaign).remaining
         except CampaignStateLost:

@@ -6,6 +6,8 @@ Repairs go only in the safe direction:
 - a per-user count is set to the number of that shopper's claims (compare-and-set: never over a change);
 - a stock above total - claims + restocked is lowered to it (compare-and-set);
 - a budget's money left above its budget less the discounts used is lowered to it (compare-and-set);
+- a group's hash lost is restored from PostgreSQL (the rebuild), a shopper's count in it set to what the group's
+  campaigns hold (compare-and-set);
 - of a campaign split into buckets: a move of stock between buckets cut in half is finished (received once),
   and each bucket's stock above its share - its claims + its restocked is lowered to it.
 A stock below that, or anything else, is reported and left alone: raising it could sell a coupon twice.
@@ -28,6 +30,7 @@ from coupons.services import code_uses_give_back_orphans
 
 from .cancel import persist_cancelled_entry
 from .drain import persist_entries
+from .groups import group_repair
 from .models import Reconciliation
 from .rebuild import campaign_rebuild
 from .verify import Balance, campaign_verify
@@ -81,6 +84,12 @@ def _repair(campaign: Campaign, balance: Balance) -> list[str]:
         left = campaign_rebuild(campaign=campaign)
         repairs.append(f"rebuilt the Redis state from PostgreSQL: {left} left")
         balance = campaign_verify(campaign=campaign)
+    elif balance.group is not None and balance.group.lost and timezone.now() < campaign.ends_at:
+        campaign_rebuild(campaign=campaign)  # its group hash, from PostgreSQL (orders.groups)
+        repairs.append(f"restored group {campaign.group}'s hash from PostgreSQL")
+        balance = campaign_verify(campaign=campaign)
+    if balance.group is not None and balance.group.drift:
+        repairs += group_repair(balance.group)
     if balance.missing_entries:
         given_back = {e.claim_id for e in balance.missing_entries} & balance.given_back
         as_cancelled = [e for e in balance.missing_entries if e.claim_id in given_back]

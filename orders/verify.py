@@ -20,6 +20,7 @@ from coupons.models import Coupon, CouponEvent
 from coupons.services import held_uses
 
 from . import ledger
+from .groups import GroupBalance, group_verify
 from .models import Claim, ClaimStatus, ParkedLedgerEntry, ParkedState
 
 
@@ -58,6 +59,7 @@ class Balance:
     # units: budget - left - used (> 0 taken in Redis without a coupon holding it, < 0 Redis could overspend).
     money: dict[str, str | None] | None = None
     money_drift: int = 0
+    group: GroupBalance | None = None  # a grouped campaign's group hash against its campaigns' counts (groups.py)
 
     @property
     def claims(self) -> int:
@@ -152,6 +154,7 @@ def campaign_verify(*, campaign: Campaign) -> Balance:
     Exact under load: only claims Redis had issued at the moment of the cut are counted from PostgreSQL. The money
     is exact when no use is running (a use takes in Redis before its commit).
     """
+    redis_state.remember_group(campaign.pk, campaign.group or None, campaign.group_limit or 0)  # its keys' names
     if campaign.is_codes:
         balance = codes_verify(campaign=campaign)
     else:
@@ -159,6 +162,10 @@ def campaign_verify(*, campaign: Campaign) -> Balance:
         balance = _bucket_verify(campaign, cut.buckets[0]) if campaign.buckets == 1 else _sum_of_buckets(campaign, cut)
     if campaign.budget is not None:
         _money_verify(campaign, balance)
+    if campaign.group:
+        balance.group = group_verify(campaign)
+        assert balance.group is not None
+        balance.problems += balance.group.problems()
     return balance
 
 

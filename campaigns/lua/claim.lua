@@ -16,6 +16,9 @@ KEYS[6] idem    string  only for a claim with the shopper's Idempotency-Key: its
                         "d" once a repeat of the key was told it, or with replica acks the repeats' tokens
                         "+<token>..." (each told once its WAIT confirmed it), after an "o" once the request
                         that made the claim gave up (void.lua)
+KEYS[#KEYS] group  hash  only for a campaign of a group (with ARGV[16]; KEYS[6] when there is no Idempotency-Key): the
+                        group's coupons held, user id -> coupons of all the group's campaigns (keys.py, the group's
+                        slot; it holds "", and its absence is no state: a lost one is rebuilt first)
 ARGV[1] user id (validated by the caller)
 ARGV[2] deadline, milliseconds in Redis's clock: after it the caller has given up (answered 503), so the
         claim must not happen (a Redis frozen, then resumed, would otherwise run a claim nobody was told of)
@@ -38,6 +41,9 @@ ARGV[15] "1": an operator's grant (grants/, always with KEYS[6]; ARGV[13] and AR
          window's start and the rate limits do not apply, nothing is counted in KEYS[5], only a grant's answer is
          kept under KEYS[6] (a refusal's is not: a batch resumed after a pause decides again); without it, a campaign
          only operators grant (meta's "grant" "1") answers -1, as a campaign Redis does not know
+ARGV[16] only for a campaign of a group (ARGV[10] to ARGV[15] then always there): the group's limit, the most
+         coupons of all its campaigns one shopper holds; over it 23 group_limit_reached, nothing changed. Without
+         it, the campaign's keys given are its home when it is grouped (keys.home_of): -6 tells the caller
 
 Returns "<code>:<ledger_id>:<flags>" (one string: a table reply costs Redis ~1.3 us more; parsed by
 redis_state.claim_reply)
@@ -46,6 +52,9 @@ redis_state.claim_reply)
              -3 too late: Redis ran the script after the caller's deadline: nothing was changed
              -4 another bucket count (ledger_id holds meta's): nothing was changed, ask the right bucket
              -5 dry (only with ARGV[14]): nothing was changed
+             -6 the campaign is of a group (its keys given were its home, without ARGV[16]): ledger_id holds the
+                group's name in hex, flags its limit: nothing was changed, ask the group's keys
+             23 group_limit_reached (only with ARGV[16])
              -2 rate limited (the campaign, the shopper or the IP sent too many this second): nothing else
                 was changed, and no answer is stored
   ledger_id  the stream entry id of the claim ("" unless claimed)
@@ -70,7 +79,11 @@ if now_ms > ARGV[2] + 0 then
   return '-3::0'
 end
 
+local held = ARGV[16] and KEYS[#KEYS]  -- a campaign of a group: its group's hash (nil: no group, nothing paid)
 local idem = KEYS[6]
+if idem == held then  -- grouped, without an Idempotency-Key
+  idem = nil
+end
 if idem then  -- a claim made without a key has a fresh token: its answer is never there before it runs
   local previous = call('GET', idem)
   if previous and previous ~= 'void' then
@@ -90,7 +103,16 @@ local meta = call('HMGET', KEYS[1], 'starts_ms', 'ends_ms', 'paused', 'limit', '
 local stock = call('GET', KEYS[2])
 local starts, ends, limit = meta[1], meta[2], meta[4]
 local grant = ARGV[15] == '1'
-if not starts or not ends or not limit or not stock or (meta[8] == '1' and not grant) then
+-- a campaign of a group: the group's hash read once, its "" (there, or no state) and the shopper's coupons held
+local group = held and call('HMGET', held, '', ARGV[1])
+if not starts or not ends or not limit or not stock or (meta[8] == '1' and not grant) or (group and not group[1]) then
+  if not starts and not held then  -- perhaps a grouped campaign's home: its name and limit, in hex, to the caller
+    local home = call('HMGET', KEYS[1], 'group', 'group_limit')
+    if home[1] then
+      return '-6:' .. string.gsub(home[1], '.', function(c) return string.format('%02x', string.byte(c)) end) ..
+        ':' .. home[2]
+    end
+  end
   return '-1::0'
 end
 local buckets = meta[7] or '1'
@@ -128,12 +150,17 @@ else
   local code, ledger_id = '0', ''
   if not open then
     code = now_ms < starts and not grant and '3' or now_ms >= ends and '4' or '5'
+  elseif group and (group[2] or 0) + 0 >= ARGV[16] + 0 then
+    code = '23'  -- the shopper holds the group's limit (first after the window, as code_take.lua): nothing counted
   elseif stock < 1 then
     code = (call('HGET', users, user) or 0) + 0 >= limit and '1' or '2'
   elseif call('HINCRBY', users, user, 1) > limit then
     call('HINCRBY', users, user, -1)  -- at the limit already: taken back in this same atomic step
     code = '1'
   else
+    if held then
+      call('HINCRBY', held, user, 1)
+    end
     call('DECR', KEYS[2])
     if idem and ARGV[10] ~= '' then
       ledger_id = call('XADD', KEYS[4], '*', 'u', user, 'k', ARGV[10])

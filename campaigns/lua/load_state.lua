@@ -19,12 +19,21 @@ ARGV[11] the campaign's bucket count (redis_state.bucket_of), kept in meta's "bu
 ARGV[12] with ARGV[7]: this bucket's share of the stock (meta's "share", moved with the stock between buckets;
          verify_campaign's per-bucket balance), "" for ARGV[7] itself
 ARGV[13] "1": a campaign only operators grant (kind grant), kept in meta's "grant" (claim.lua: shoppers see no state)
+ARGV[14] "1": a campaign of a group (its keys in the group's slot, keys.py): KEYS[#KEYS] is the group's hash (user
+         id -> coupons held of all the group's campaigns), created holding "" where this load creates the stock
+         and it is missing (a rebuild restores it first, from PostgreSQL); its expiry is only ever moved later (GT:
+         the group's campaigns end apart). A refresh never creates it: a group hash lost alone is rebuilt.
 
 Returns {stock_created (0/1), stock (or -1 when missing)}
 --]]
 -- Check first: a campaign that lost its stock is not half-loaded here (the caller rebuilds it instead).
 if ARGV[7] == '' and redis.call('EXISTS', KEYS[2]) == 0 then
   return {0, -1}
+end
+
+local nkeys, held = #KEYS, nil
+if ARGV[14] == '1' then
+  held, nkeys = KEYS[#KEYS], #KEYS - 1
 end
 
 local function id_parts(id)
@@ -48,6 +57,9 @@ if ARGV[7] ~= '' and redis.call('EXISTS', KEYS[2]) == 0 then
   redis.call('SET', KEYS[2], ARGV[7])
   redis.call('HSET', KEYS[1], 'share', ARGV[12] ~= '' and ARGV[12] or ARGV[7])
   created = 1
+  if held then
+    redis.call('HSETNX', held, '', '0')
+  end
 end
 
 if redis.call('EXISTS', KEYS[4]) == 0 then
@@ -69,10 +81,14 @@ if ARGV[9] ~= '0-0' then
   end
 end
 
-for i = 1, #KEYS do
+for i = 1, nkeys do
   if redis.call('EXISTS', KEYS[i]) == 1 then
     redis.call('PEXPIREAT', KEYS[i], ARGV[6])
   end
+end
+if held and redis.call('EXISTS', held) == 1 and redis.call('PEXPIREAT', held, ARGV[6], 'GT') == 0 and
+    redis.call('PTTL', held) == -1 then
+  redis.call('PEXPIREAT', held, ARGV[6])
 end
 local stock = redis.call('GET', KEYS[2])
 return {created, stock and tonumber(stock) or -1}

@@ -8,6 +8,7 @@
     recovery.py  a lost reply's stored answer, the void of a claim whose outcome is unknown, Redis's clock
     state.py     a campaign's state as a whole: load, rebuild, restock, add stock, extend, pause, remaining
     codes.py     a codes campaign's shared code: takes and give-backs
+    groups.py    a group's hash (coupons held of all its campaigns): read with its campaigns' counts, restored
     reset.py     reset_redis_client: forget the clients and everything learnt through them
 
 Each process-wide cache lives in one module (the clients and _this_thread in clients.py, the registered scripts
@@ -51,6 +52,7 @@ from .claim import (
 )
 from .clients import async_client, redis_client
 from .codes import TakeCode, code_uses_of, codes_snapshot, run_code_give_back, run_code_take, run_code_takes
+from .groups import group_held, group_key, group_restore, group_snapshot
 from .keys import (
     DRAIN_GROUP,
     MAX_BUCKETS,
@@ -60,6 +62,7 @@ from .keys import (
     claim_id_of,
     key_digest,
     ledger_ref,
+    remember_group,
     split_ref,
 )
 from .lua import LUA_DIR, replicated, scripts
@@ -91,16 +94,16 @@ from .state import (
 )
 
 __all__ = [
-    "CLAIM_STATUSES", "DEADLINE_MARGIN_MS", "DRAIN_GROUP", "EMPTY_FOR_SECONDS", "LUA_DIR", "MAX_BUCKETS",
-    "OWN_ANSWER_KEEP_MS", "RECOVERY_BUDGET_SECONDS", "RECOVERY_PAUSE_SECONDS", "UNREADABLE", "CampaignKeys",
-    "ClaimCall", "ClaimCode", "ClaimFlow", "ClaimOutcome", "ClaimOutcomeUnknown", "RestockResult", "StoreUnavailable",
-    "TakeCode", "VoidNotConfirmed", "async_client", "bucket_counts", "bucket_of", "bucket_shares", "buckets_of",
+    "CLAIM_STATUSES", "CampaignKeys", "ClaimCall", "ClaimCode", "ClaimFlow", "ClaimOutcome", "ClaimOutcomeUnknown",
+    "DEADLINE_MARGIN_MS", "DRAIN_GROUP", "EMPTY_FOR_SECONDS", "LUA_DIR", "MAX_BUCKETS", "OWN_ANSWER_KEEP_MS",
+    "RECOVERY_BUDGET_SECONDS", "RECOVERY_PAUSE_SECONDS", "RestockResult", "StoreUnavailable", "TakeCode",
+    "UNREADABLE", "VoidNotConfirmed", "async_client", "bucket_counts", "bucket_of", "bucket_shares", "buckets_of",
     "campaign_keys", "claim_call", "claim_id_of", "claim_reply", "claim_result", "clear_drain_trigger",
     "code_uses_of", "codes_snapshot", "compare_and_set", "finish_moves", "forget_bucket_counts",
-    "forget_empty_buckets", "key_digest", "ledger_ref", "load_state", "move_counts", "move_counts_of", "move_stock",
-    "own_answer_field", "pending_moves", "received_moves", "redis_client", "redis_now_ms", "remaining_many",
-    "remember_buckets", "replace_claim_records", "replicated", "reset_redis_client", "restore_answers",
-    "run_add_stock", "run_claim", "run_claim_async", "run_code_give_back", "run_code_take", "run_code_takes",
-    "run_extend", "run_flow", "run_flow_async", "run_restock", "run_void", "scripts", "set_paused", "split_ref",
-    "split_stock", "to_ms",
+    "forget_empty_buckets", "group_held", "group_key", "group_restore", "group_snapshot", "key_digest",
+    "ledger_ref", "load_state", "move_counts", "move_counts_of", "move_stock", "own_answer_field", "pending_moves",
+    "received_moves", "redis_client", "redis_now_ms", "remaining_many", "remember_buckets", "remember_group",
+    "replace_claim_records", "replicated", "reset_redis_client", "restore_answers", "run_add_stock", "run_claim",
+    "run_claim_async", "run_code_give_back", "run_code_take", "run_code_takes", "run_extend", "run_flow",
+    "run_flow_async", "run_restock", "run_void", "scripts", "set_paused", "split_ref", "split_stock", "to_ms",
 ]

@@ -14,7 +14,7 @@ from core.errors import StoreUnavailable
 from core.hot import unique_hex
 
 from .clients import redis_client
-from .keys import campaign_keys
+from .keys import campaign_keys, forget_groups, home_of, known_groups, remember_group
 from .lua import scripts, text
 from .recovery import redis_now_ms
 
@@ -34,15 +34,25 @@ def buckets_of(campaign_id: int) -> int:
 
 
 def bucket_counts(campaign_ids: list[int]) -> dict[int, int]:
-    """buckets_of() of several campaigns, those not known yet read in one pipelined round trip."""
+    """buckets_of() of several campaigns, those not known yet read in one pipelined round trip, which learns their
+    groups too (keys.learn_group: a grouped campaign has one bucket)."""
     unknown = [cid for cid in campaign_ids if cid not in known_buckets]
+    for campaign_id in unknown:
+        group = known_groups.get(campaign_id, False)
+        if group:  # a grouped campaign has one bucket (Campaign.clean)
+            remember_buckets(campaign_id, 1)
+    unknown = [cid for cid in unknown if cid not in known_buckets]
     if unknown:
         try:
             pipe = redis_client().pipeline(transaction=False)
             for campaign_id in unknown:
-                pipe.hget(campaign_keys(campaign_id).meta, "buckets")
-            for campaign_id, count in zip(unknown, pipe.execute(), strict=True):
-                if count is not None:
+                pipe.hmget(home_of(campaign_id), "buckets", "group", "group_limit")
+            for campaign_id, (count, group, limit) in zip(unknown, pipe.execute(), strict=True):
+                if group is not None:
+                    remember_group(campaign_id, text(group), int(limit or 0))
+                    remember_buckets(campaign_id, 1)
+                elif count is not None:
+                    remember_group(campaign_id, None)
                     remember_buckets(campaign_id, int(count))
         except redis.RedisError as exc:
             raise StoreUnavailable(str(exc)) from exc
@@ -56,9 +66,10 @@ def forget_empty_buckets(campaign_id: int) -> None:
 
 
 def forget_bucket_counts() -> None:
-    """Forget the bucket counts this process met, and which buckets it found empty."""
+    """Forget the bucket counts and groups this process met, and which buckets it found empty."""
     known_buckets.clear()
     empty_until.clear()
+    forget_groups()
 
 
 def remember_buckets(campaign_id: int, buckets: int) -> None:

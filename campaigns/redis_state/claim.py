@@ -17,7 +17,7 @@ from core.hot import hot, unique_hex
 from ..redis_async import AsyncRedis, NotAcknowledged, NotSent
 from .buckets import EMPTY_FOR_SECONDS, empty_until, known_buckets, move_counts_of, move_stock, remember_buckets
 from .clients import async_client
-from .keys import bucket_of, campaign_keys, claim_id_of, key_digest, ledger_ref
+from .keys import bucket_of, campaign_keys, claim_id_of, key_digest, ledger_ref, remember_group
 from .lua import scripts, text
 from .recovery import (
     DEADLINE_MARGIN_MS,
@@ -41,11 +41,13 @@ class ClaimCode(enum.IntEnum):
     NOT_STARTED = int(Code.NOT_STARTED)
     ENDED = int(Code.ENDED)
     PAUSED = int(Code.PAUSED)
+    GROUP_LIMIT_REACHED = int(Code.GROUP_LIMIT_REACHED)
     NO_STATE = -1
     RATE_LIMITED = -2
     TOO_LATE = -3
     OTHER_BUCKETS = -4  # claim.lua: the campaign has another bucket count than the caller assumed (never answered)
     DRY = -5  # claim.lua: this bucket's stock ran out; stock is moved here from another bucket (never answered)
+    GROUPED = -6  # claim.lua: the campaign is of a group, its keys are the group's (never answered)
 
 
 # The slug of each answer of the claim script: the registry's (core.codes) for the answered codes, looked up once
@@ -91,10 +93,13 @@ class ClaimCall:
         self.idempotency_key, self.client_ip = idempotency_key, client_ip
         self.bucket = bucket
 
-    def prepare(self, now_ms: int, buckets: int = 1, dry: bool = False) -> ClaimCall:
+    learn = True  # what keys.campaign_keys does for a campaign whose group this process does not know
+
+    def prepare(self, now_ms: int, buckets: int = 1, dry: bool = False, grant: bool = False) -> ClaimCall:
         """Build the script's keys and arguments (claim.lua documents them) on self.bucket; `now_ms` is Redis's
-        clock. Of a campaign split into `buckets`; `dry`: answer -5 rather than sold_out. Return self."""
-        keys = campaign_keys(self.campaign_id, self.bucket)
+        clock. Of a campaign split into `buckets`; `dry`: answer -5 rather than sold_out; `grant`: an operator's.
+        Return self."""
+        keys = campaign_keys(self.campaign_id, self.bucket, learn=self.learn)
         # Every claim stores its answer: under the shopper's Idempotency-Key (kept 24 h), or in its second's hash
         # (kept seconds), so that when the reply is lost the outcome can still be read (see run_claim).
         conf = hot()
@@ -117,10 +122,15 @@ class ClaimCall:
                                  conf.drain_trigger_ttl_ms]
         if idempotency_key is not None:  # with replica acks a repeat is told only once confirmed (claim.lua, void.lua)
             args += [digest, conf.idempotency_ttl_ms, 1 if conf.replica_acks else 0]
-        if buckets > 1:
+        if buckets > 1 or grant or keys.group:
             if idempotency_key is None:
                 args += ["", 0, 0]
             args += [buckets, "1" if dry else "0"]
+            if grant or keys.group:
+                args.append("1" if grant else "0")
+            if keys.group:  # only a campaign of a group pays for its count (claim.lua's last key, ARGV[16])
+                call_keys.append(keys.group)
+                args.append(keys.group_limit)
         self.keys, self.args = call_keys, args
         return self
 
@@ -139,13 +149,13 @@ def own_answer_field(token: str) -> str:
 
 def claim_call(
     *, campaign_id: int, user_id: str, idempotency_key: str | None, client_ip: str | None, now_ms: int,
-    bucket: int = 0, buckets: int = 1, dry: bool = False,
+    bucket: int = 0, buckets: int = 1, dry: bool = False, grant: bool = False,
 ) -> ClaimCall:
     """The claim script's call for one shopper (campaign, user, Idempotency-Key, client address), for a caller that
     runs the script itself (a pipeline of many shoppers' claims): its .keys and .args (claim.lua documents them);
     `now_ms` is Redis's clock. Of a campaign split into `buckets`, on the shopper's `bucket`; `dry`: answer -5
-    rather than sold_out. Its reply is read by claim_result()."""
-    return ClaimCall(campaign_id, user_id, idempotency_key, client_ip, bucket).prepare(now_ms, buckets, dry)
+    rather than sold_out; `grant`: an operator's grant (claim.lua's ARGV[15]). Its reply is read by claim_result()."""
+    return ClaimCall(campaign_id, user_id, idempotency_key, client_ip, bucket).prepare(now_ms, buckets, dry, grant)
 
 
 class ClaimFlow(ClaimCall):
@@ -163,6 +173,7 @@ class ClaimFlow(ClaimCall):
     their move counters: quiet()) or the ClaimOutcome."""
 
     __slots__ = ("buckets", "donors", "final", "give_up", "recounted", "empty")
+    learn = False  # never waits for a lookup (on an event loop too): claim.lua's -6 tells a grouped campaign
 
     def __init__(self, campaign_id: int, user_id: str, idempotency_key: str | None, client_ip: str | None) -> None:
         self.campaign_id, self.user_id = campaign_id, user_id
@@ -194,6 +205,11 @@ class ClaimFlow(ClaimCall):
             return None
         if code == ClaimCode.OTHER_BUCKETS:
             raise StoreUnavailable(f"campaign {self.campaign_id}: its buckets disagree on their count")
+        if code == ClaimCode.GROUPED:  # learnt from its home, once: a campaign's group never changes in Redis
+            remember_group(self.campaign_id, bytes.fromhex(counted).decode(), _)
+            remember_buckets(self.campaign_id, 1)
+            self.buckets, self.bucket = 1, 0
+            return None
         if code != ClaimCode.DRY:
             return claim_result(raw, self.campaign_id, self.bucket)
         if self.donors is None:

@@ -9,7 +9,7 @@ import redis
 from core.errors import Code, StoreUnavailable
 
 from .clients import redis_client
-from .keys import campaign_keys
+from .keys import CampaignKeys, campaign_keys
 from .lua import scripts
 from .state import RestockResult
 
@@ -24,6 +24,7 @@ class TakeCode(enum.IntEnum):
     NOT_STARTED = int(Code.NOT_STARTED)
     ENDED = int(Code.ENDED)
     PAUSED = int(Code.PAUSED)
+    GROUP_LIMIT_REACHED = int(Code.GROUP_LIMIT_REACHED)
     ALREADY = 6  # this use held its unit already (a request that died before its coupon was written)
     NO_STATE = -1
 
@@ -33,8 +34,7 @@ def run_code_take(*, campaign_id: int, user_id: str, member: str) -> TakeCode:
     StoreUnavailable (nothing was taken)."""
     keys = campaign_keys(campaign_id)
     try:
-        return TakeCode(int(scripts().code_take(keys=[keys.meta, keys.uses, keys.users, keys.takes],
-                                                args=[user_id, member])))
+        return TakeCode(int(scripts().code_take(keys=_take_keys(keys), args=_take_args(keys, user_id, member))))
     except redis.RedisError as exc:
         raise StoreUnavailable(str(exc)) from exc
 
@@ -50,13 +50,23 @@ def run_code_takes(takes: list[tuple[int, str, str]]) -> list[TakeCode]:
     try:
         for campaign_id, indexes in by_campaign.items():
             keys = campaign_keys(campaign_id)
-            replies = scripts().code_take.each([([keys.meta, keys.uses, keys.users, keys.takes], list(takes[n][1:]))
+            replies = scripts().code_take.each([(_take_keys(keys), _take_args(keys, *takes[n][1:]))
                                                 for n in indexes])
             for n, reply in zip(indexes, replies, strict=True):
                 answers[n] = TakeCode(int(reply))
     except redis.RedisError as exc:
         raise StoreUnavailable(str(exc)) from exc
     return answers
+
+
+def _take_keys(keys: CampaignKeys) -> list[str]:
+    """code_take.lua's keys: a campaign of a group counts its group's hash too."""
+    return [keys.meta, keys.uses, keys.users, keys.takes, keys.group] if keys.group else [
+        keys.meta, keys.uses, keys.users, keys.takes]
+
+
+def _take_args(keys: CampaignKeys, user_id: str, member: str) -> list[str | int]:
+    return [user_id, member, keys.group_limit] if keys.group else [user_id, member]
 
 
 def code_uses_of(campaign_ids: list[int], user_id: str) -> dict[int, tuple[int | None, int]]:
@@ -85,8 +95,8 @@ def run_code_give_back(*, campaign_id: int, user_id: str, member: str) -> Restoc
     """Give the use `member` back to the shared code, once (code_give_back.lua). Raise StoreUnavailable."""
     keys = campaign_keys(campaign_id)
     try:
-        return RestockResult(int(scripts().code_give_back(keys=[keys.uses, keys.users, keys.takes],
-                                                          args=[user_id, member])))
+        return RestockResult(int(scripts().code_give_back(
+            keys=[keys.uses, keys.users, keys.takes, *([keys.group] if keys.group else [])], args=[user_id, member])))
     except redis.RedisError as exc:
         raise StoreUnavailable(str(exc)) from exc
 

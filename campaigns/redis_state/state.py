@@ -11,7 +11,7 @@ from core.errors import StoreUnavailable
 
 from .buckets import bucket_counts, buckets_of, remember_buckets
 from .clients import redis_client
-from .keys import DRAIN_GROUP, campaign_keys
+from .keys import DRAIN_GROUP, campaign_keys, remember_group
 from .lua import scripts
 
 
@@ -48,17 +48,28 @@ def load_state(
     buckets: int = 1,
     share: int | None = None,
     grant_only: bool = False,
+    group: str = "",
+    group_limit: int = 0,
 ) -> tuple[bool, int | None]:
     """Write a campaign's settings (and its stock, if missing and given) and move every key's expiry. A codes
     campaign's (codes=True) stock is its shared code's uses. Of a campaign split into `buckets`, one `bucket`'s:
     `initial_stock` is its part, `share` its share when not that part (a rebuild), `rate_limit` its part.
 
+    Of a campaign of a `group` (with its `group_limit`): its home first (keys.home_of: where its keys are), then
+    its state in the group's slot, with the group's hash.
+
     Return (stock_created, stock) where stock is None when Redis holds none. Raise StoreUnavailable.
     """
+    remember_group(campaign_id, group or None, group_limit)  # from PostgreSQL: fixed once in Redis
     keys = campaign_keys(campaign_id, bucket)
     try:
+        if group:
+            pipe = redis_client().pipeline(transaction=False)
+            pipe.hset(keys.home, mapping={"group": group, "group_limit": group_limit})
+            pipe.pexpireat(keys.home, to_ms(expire_at))
+            pipe.execute()
         created, stock = scripts().load_state(
-            keys=keys.state_of(codes=codes) + ([] if codes else keys.move_keys),
+            keys=keys.state_of(codes=codes) + ([] if codes else keys.move_keys) + ([keys.group] if group else []),
             args=[
                 to_ms(starts_at),
                 to_ms(ends_at),
@@ -73,6 +84,7 @@ def load_state(
                 buckets,
                 "" if share is None else share,
                 "1" if grant_only else "0",
+                "1" if group else "0",
             ],
         )
     except redis.RedisError as exc:
@@ -134,7 +146,8 @@ def run_restock(*, campaign_id: int, claim_id: str, user_id: str, bucket: int = 
     shopper's), once per claim id. Raise StoreUnavailable."""
     keys = campaign_keys(campaign_id, bucket)
     try:
-        result = scripts().cancel(keys=[keys.stock, keys.users, keys.cancelled], args=[claim_id, user_id])
+        result = scripts().cancel(keys=[keys.stock, keys.users, keys.cancelled, *([keys.group] if keys.group else [])],
+                                  args=[claim_id, user_id])
     except redis.RedisError as exc:
         raise StoreUnavailable(str(exc)) from exc
     return RestockResult(int(result))
@@ -216,4 +229,12 @@ def run_extend(
     except redis.RedisError as exc:
         raise StoreUnavailable(str(exc)) from exc
     code, ends_ms = answers[0]
+    if int(code) == 1 and keys.group:  # its home and its group's hash live as long (the hash: never shorter)
+        try:
+            pipe = redis_client().pipeline(transaction=False)
+            pipe.pexpireat(keys.home, to_ms(expire_at))
+            pipe.pexpireat(keys.group, to_ms(expire_at), gt=True)
+            pipe.execute()
+        except redis.RedisError as exc:
+            raise StoreUnavailable(str(exc)) from exc
     return int(code), int(ends_ms)

@@ -210,6 +210,8 @@ def _write_first_uses(uses: Sequence[_FirstUse]) -> list[UseOutcome | None]:
                         outcomes[n] = refused(UseCode.LIMIT_REACHED)
                     elif take == redis_state.TakeCode.SOLD_OUT:
                         outcomes[n] = refused(UseCode.SOLD_OUT)
+                    elif take == redis_state.TakeCode.GROUP_LIMIT_REACHED:
+                        outcomes[n] = refused(UseCode.GROUP_LIMIT_REACHED)
                     # else not live in Redis or no state there: _shared_use's take decides (preheat, 404, 503)
                 if not taken:
                     return outcomes

@@ -41,6 +41,8 @@ def _take(campaign: Campaign, coupon: Coupon) -> UseOutcome | None:
         return refused(UseCode.LIMIT_REACHED)
     if result == take.SOLD_OUT:
         return refused(UseCode.SOLD_OUT)
+    if result == take.GROUP_LIMIT_REACHED:
+        return refused(UseCode.GROUP_LIMIT_REACHED)
     if result == take.NO_STATE:
         raise CampaignStateLost()
     raise NotFound("No such coupon.")  # not started, ended or paused in Redis: the same 404 as PostgreSQL's

@@ -56,7 +56,7 @@ def test_business_codes_are_never_renumbered() -> None:
         "already_redeemed": 11, "min_spend_not_met": 12, "not_yet_valid": 13, "revoked": 14, "not_eligible": 15,
         "on_hold": 16, "hold_lapsed": 17, "not_held": 18,
         "not_combinable": 19, "not_applicable": 20, "min_quantity_not_met": 21,
-        "budget_exhausted": 22}
+        "budget_exhausted": 22, "group_limit_reached": 23}
 
 
 def test_every_code_is_the_registrys_and_named_by_its_slug() -> None:

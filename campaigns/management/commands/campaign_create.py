@@ -100,6 +100,8 @@ def campaign_summary(campaign: Any) -> dict[str, Any]:
         "discount_type": campaign.discount_type,
         **({"tiers": campaign.tiers} if campaign.tiers else {}),
         **({"buy": campaign.buy_quantity, "get": campaign.get_quantity} if campaign.buy_quantity else {}),
+        "group": campaign.group or None,
+        "group_limit": campaign.group_limit,
     }
 
 
@@ -152,6 +154,11 @@ class Command(OperatorCommand):
                                          "campaign spreads over N masters of a Redis Cluster"))
         parser.add_argument("--budget", help=gettext("the most all its coupons or codes may take off together, in its "
                                                      "currency (an amount > 0; refused beyond: 22 budget_exhausted)"))
+        parser.add_argument("--group", default="", help=gettext("a group of campaigns sharing a per-shopper limit "
+                                                               "(1-64 of A-Z a-z 0-9 _ . : / -); with --group-limit"))
+        parser.add_argument("--group-limit", type=int, help=gettext("coupons one shopper may hold of all the group's "
+                                                                    "campaigns together (refused beyond: 23 "
+                                                                    "group_limit_reached)"))
         parser.add_argument("--publish", action="store_true", help=gettext("publish and load into Redis now"))
 
     def handle(self, *args: Any, **opts: Any) -> None:
@@ -211,6 +218,8 @@ class Command(OperatorCommand):
                 order_cap=parse_money(opts["order_cap"], flag="--order-cap"),
                 buckets=opts["buckets"],
                 budget=budget,
+                group=opts["group"],
+                group_limit=opts["group_limit"],
                 publish=opts["publish"],
             )
         except ApplicationError as exc:

@@ -1,0 +1,127 @@
+"""A group's hash checked, repaired and restored from PostgreSQL (orders/groups.py), and a group's rules where an
+operator sets them (campaign_create, Campaign.clean): on the real PostgreSQL and Redis."""
+from __future__ import annotations
+
+import json
+from io import StringIO
+
+import pytest
+from django.core.exceptions import ValidationError
+from django.core.management import CommandError, call_command
+
+from campaigns.models import Campaign
+from campaigns.redis_state import ClaimCode, campaign_keys, redis_client, run_claim
+from campaigns.redis_state.keys import forget_groups
+from core.errors import Unavailable
+from orders import tasks
+from orders.cancel import claim_cancel
+from orders.claim import claim_create
+from orders.drain import drain_campaign
+from orders.reconciliation import campaign_reconcile
+from orders.verify import campaign_verify
+
+pytestmark = pytest.mark.django_db
+
+
+def held(campaign, user: str) -> int:
+    return int(redis_client().hget(campaign_keys(campaign.pk).group, user) or 0)
+
+
+def two_of_a_group(live_campaign, limit: int = 2):
+    return (live_campaign(group="pair", group_limit=limit, per_user_limit=2, total_stock=10),
+            live_campaign(group="pair", group_limit=limit, per_user_limit=2, total_stock=10))
+
+
+def test_a_group_that_balances_verifies_and_a_drift_is_found_and_set_back(live_campaign) -> None:
+    first, second = two_of_a_group(live_campaign)
+    run_claim(campaign_id=first.pk, user_id="ann", idempotency_key=None)
+    run_claim(campaign_id=second.pk, user_id="ann", idempotency_key=None)
+    run_claim(campaign_id=second.pk, user_id="bob", idempotency_key=None)
+    drain_campaign(campaign_id=second.pk)
+    assert campaign_verify(campaign=first).balanced and campaign_verify(campaign=second).balanced
+
+    redis_client().hset(campaign_keys(first.pk).group, mapping={"ann": 0, "eve": 3})  # tampered
+    balance = campaign_verify(campaign=first)
+    assert not balance.balanced and balance.group is not None
+    assert balance.group.drift == {"ann": (0, 2), "eve": (3, 0)}
+
+    record = campaign_reconcile(campaign=first, repair=True, source="test")
+
+    assert record is not None and record.balanced, record.problems
+    assert (held(first, "ann"), held(first, "eve"), held(first, "bob")) == (2, 0, 1)
+    assert run_claim(campaign_id=first.pk, user_id="ann", idempotency_key=None).code == ClaimCode.GROUP_LIMIT_REACHED
+
+
+def test_a_group_redis_lost_is_restored_from_postgresql_with_its_campaigns(live_campaign) -> None:
+    first, second = two_of_a_group(live_campaign, limit=3)
+    for campaign, user in ((first, "ann"), (first, "ann"), (second, "ann"), (second, "bob")):
+        assert run_claim(campaign_id=campaign.pk, user_id=user, idempotency_key=None).code == ClaimCode.CLAIMED
+    cancelled = claim_create(campaign_id=second.pk, user_id="cat", idempotency_key=None)
+    assert claim_cancel(user_id="cat", claim_id=cancelled.claim_id).status == "cancelled"
+    drain_campaign(campaign_id=first.pk)
+    drain_campaign(campaign_id=second.pk)
+    redis_client().flushdb()  # Redis restarted without its data
+    forget_groups()
+    with pytest.raises(Unavailable):
+        claim_create(campaign_id=first.pk, user_id="dan", idempotency_key=None)
+
+    result = tasks.drain_sweep()
+
+    assert sorted(result["rebuilt"]) == sorted([first.pk, second.pk])
+    assert (held(first, "ann"), held(first, "bob"), held(first, "cat")) == (3, 1, 0)
+    assert claim_create(campaign_id=second.pk, user_id="ann", idempotency_key=None).status == "group_limit_reached"
+    assert claim_create(campaign_id=first.pk, user_id="bob", idempotency_key=None).status == "claimed"
+    assert campaign_verify(campaign=first).balanced and campaign_verify(campaign=second).balanced
+
+
+def test_a_group_hash_lost_alone_stops_its_claims_until_reconcile_restores_it(live_campaign) -> None:
+    first, second = two_of_a_group(live_campaign)
+    run_claim(campaign_id=first.pk, user_id="ann", idempotency_key=None)
+    run_claim(campaign_id=second.pk, user_id="ann", idempotency_key=None)
+    redis_client().delete(campaign_keys(first.pk).group)
+    stock = redis_client().get(campaign_keys(second.pk).stock)
+    with pytest.raises(Unavailable):
+        claim_create(campaign_id=second.pk, user_id="bob", idempotency_key=None)  # 503: never a guessed count
+    assert redis_client().get(campaign_keys(second.pk).stock) == stock
+    assert not campaign_verify(campaign=first).balanced
+
+    record = campaign_reconcile(campaign=first, repair=True, source="test")
+
+    assert record is not None and record.balanced, record.problems
+    assert held(first, "ann") == 2
+    assert claim_create(campaign_id=second.pk, user_id="ann", idempotency_key=None).status == "group_limit_reached"
+    assert claim_create(campaign_id=second.pk, user_id="bob", idempotency_key=None).status == "claimed"
+
+
+def test_campaign_create_takes_a_group_and_its_limit(live_campaign) -> None:
+    out = StringIO()
+    call_command("campaign_create", "--name", "A", "--stock", "5", "--group", "spring", "--group-limit", "2",
+                 "--publish", stdout=out)
+    made = json.loads(out.getvalue())
+    assert (made["group"], made["group_limit"]) == ("spring", 2)
+    assert campaign_keys(made["id"]).group == "cpn:{gspring}:held"
+    assert run_claim(campaign_id=made["id"], user_id="ann", idempotency_key=None).code == ClaimCode.CLAIMED
+
+
+@pytest.mark.parametrize("flags", [
+    ["--group", "spring"],  # no limit
+    ["--group-limit", "2"],  # no group
+    ["--group", "spring", "--group-limit", "0"],
+    ["--group", "spring sale", "--group-limit", "2"],  # not a name
+    ["--group", "{x}", "--group-limit", "2"],  # a hash tag's braces
+    ["--group", "spring", "--group-limit", "2", "--buckets", "2"],
+])
+def test_campaign_create_refuses_a_bad_group_and_makes_nothing(db, flags) -> None:
+    with pytest.raises(CommandError, match="group"):
+        call_command("campaign_create", "--name", "A", "--stock", "5", *flags, stdout=StringIO())
+    assert not Campaign.objects.exists()
+
+
+def test_a_campaigns_group_is_fixed_once_it_is_in_redis(live_campaign) -> None:
+    campaign = live_campaign(group="spring", group_limit=2)
+    campaign.group_limit = 3
+    with pytest.raises(ValidationError, match="group"):
+        campaign.full_clean()
+    campaign.group, campaign.group_limit = "", None
+    with pytest.raises(ValidationError, match="group"):
+        campaign.full_clean()

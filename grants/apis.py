@@ -1,7 +1,8 @@
 """POST /api/v1/campaigns/{id}/grants: the shop's backend grants a campaign's coupons to listed shoppers.
 
-Authorization: Bearer <api key>. Until storefront keys exist (their api_key), the keys are the operators'
-COUPONS_SERVICE_API_KEYS (docs/deployment.md), compared in constant time; a shopper's token never passes."""
+Authorization: Bearer <api key>: a live storefront key's api_key (storefronts/, docs/api.md, Shoppers), or one of
+the operators' interim COUPONS_SERVICE_API_KEYS (still accepted: docs/deployment.md, Storefront keys), each
+compared in constant time; a shopper's token never passes."""
 from __future__ import annotations
 
 import hmac
@@ -22,6 +23,7 @@ from rest_framework.views import APIView
 from core.api import id_parameter, validated
 from core.errors import BadRequest, PayloadTooLarge, Unavailable, UnsupportedMediaType
 from core.http import declared_length, parse_id
+from storefronts.keyring import KEYRING
 
 from .claims import GrantStopped
 from .lines import list_values, read_ids
@@ -41,8 +43,9 @@ class ServiceClient:
 
 
 def service_key_valid(key: str) -> bool:
-    """Whether `key` is one of COUPONS_SERVICE_API_KEYS (each compared in constant time, all of them)."""
-    found = False
+    """Whether `key` is a live storefront's api_key or one of COUPONS_SERVICE_API_KEYS (each compared in constant
+    time, all of them)."""
+    found = KEYRING.api_key_owner(key) is not None
     for known in settings.COUPONS_SERVICE_API_KEYS:
         found |= hmac.compare_digest(key.encode(), known.encode())
     return found
@@ -65,7 +68,7 @@ class ServiceKeyScheme(OpenApiAuthenticationExtension):
 
     def get_security_definition(self, auto_schema: Any) -> dict[str, Any]:
         return {"type": "http", "scheme": "bearer",
-                "description": "An operator API key (COUPONS_SERVICE_API_KEYS) until storefront keys exist"}
+                "description": "A storefront's api_key (or an operator's COUPONS_SERVICE_API_KEYS key)"}
 
 
 class GrantInputSerializer(serializers.Serializer):

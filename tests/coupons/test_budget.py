@@ -126,6 +126,32 @@ def test_100_shoppers_typing_a_shared_code_at_once_use_exactly_the_budget_and_re
     assert int(redis_client().get(f"cpn:{{c{campaign.pk}}}:uses")) == 1000 - 40
 
 
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_releases_and_new_uses_at_once_keep_the_money_exact() -> None:
+    # Given a budget of 40 discounts, all held or redeemed by 40 shoppers
+    campaign = grab()
+    coupons = [issue_coupon(campaign, f"shopper-{i}") for i in range(SHOPPERS)]
+    for i, c in enumerate(coupons[:40]):
+        assert coupon_reserve(user_id=c.user_id, code=c.code, order=order(f"order-{i}")).code == 0
+    assert left(campaign) == 0
+
+    # When those 40 release while the 60 others redeem, all at once
+    uses = [(lambda c=c, i=i: coupon_release(user_id=c.user_id, code=c.code, order_id=f"order-{i}"))
+            for i, c in enumerate(coupons[:40])]
+    uses += [(lambda c=c, i=i: coupon_redeem(user_id=c.user_id, code=c.code, order=order(f"order-{i}")))
+             for i, c in enumerate(coupons[40:], start=40)]
+    results = uses_in_pairs(uses)
+
+    # Then every release went through, the new uses got no more than what was given back, and the money balances
+    assert all(isinstance(r, UseOutcome) for r in results)
+    taken = sum(1 for r in results if r.status == "redeemed")
+    assert sum(1 for r in results if r.status == "released") == 40
+    assert taken <= 40 and sum(1 for r in results if r.code == 22) == 60 - taken
+    assert held_and_redeemed(campaign) == DISCOUNT * taken <= BUDGET
+    assert left(campaign) == BUDGET - held_and_redeemed(campaign)
+
+
 # --- one use at a time -----------------------------------------------------------------------------------------------
 
 

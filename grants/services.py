@@ -33,17 +33,18 @@ STALE_SECONDS = 60  # a running batch with no chunk counted for this long is tak
 
 
 class GrantRefused(ApplicationError):
-    """The campaign cannot be granted now: a business outcome of a well-formed request (HTTP 200)."""
-
-    http_status = 200
+    """The campaign cannot be granted now: a business outcome of a well-formed request (each kind an HTTP 200 with
+    its business code; the base itself answers nothing, so it keeps ApplicationError's status and slug)."""
 
 
 class CampaignEnded(GrantRefused):
+    http_status = 200
     code = int(Code.ENDED)
     status = "ended"
 
 
 class CampaignPaused(GrantRefused):
+    http_status = 200
     code = int(Code.PAUSED)
     status = "paused"
 

@@ -6,12 +6,14 @@ changed, reads the live keys from PostgreSQL and swaps the whole ring at once; e
 anyway (a change whose version was lost with Redis). Every change (storefronts/services.py) writes a new version
 after its commit, so a revoked key is refused by every worker within POLL_SECONDS plus one read of the keys.
 
-The first keyed token a process sees waits (at most FIRST_LOAD_WAIT) for the thread's first read; tokens of the
+Each web worker starts the thread as it makes its application (config/asgi.py), so its first read is done before
+the first keyed token comes, which otherwise waits for it (at most FIRST_LOAD_WAIT, once a process); tokens of the
 default key never touch the ring."""
 from __future__ import annotations
 
 import hashlib
 import hmac
+import itertools
 import logging
 import os
 import threading
@@ -36,6 +38,7 @@ class Ring:
     keys: dict[str, SigningKey]
     api_keys: tuple[tuple[bytes, SigningKey], ...]  # (SHA-256 of the api_key, its key)
     version: bytes | None
+    ticket: int = 0  # which read this is: a read begun earlier never replaces one begun later
     loaded_at: float = field(default_factory=time.monotonic)
 
 
@@ -43,7 +46,7 @@ def api_key_digest(api_key: str) -> bytes:
     return hashlib.sha256(api_key.encode()).digest()
 
 
-def read_ring(version: bytes | None) -> Ring:
+def read_ring(version: bytes | None, ticket: int = 0) -> Ring:
     """The live keys as PostgreSQL holds them now, their secrets decrypted (a key no configured encryption key
     opens is left out, and logged: its tokens are refused)."""
     from .crypto import decrypt
@@ -62,7 +65,7 @@ def read_ring(version: bytes | None) -> Ring:
                             channels=frozenset(row.storefront.channels), secret=secret)
         keys[row.key_id] = key
         api_keys.append((bytes.fromhex(row.api_key_sha256), key))
-    return Ring(keys, tuple(api_keys), version)
+    return Ring(keys, tuple(api_keys), version, ticket)
 
 
 def read_version() -> bytes | None:
@@ -96,6 +99,8 @@ class Keyring:
         self._first = threading.Event()
         self._running = False
         self._deadline = 0.0
+        self._warned_at = -RELOAD_SECONDS
+        self._tickets = itertools.count(1)
 
     def key(self, key_id: str) -> SigningKey | None:
         """The live key `key_id`, from memory (core.auth's lookup)."""
@@ -121,22 +126,32 @@ class Keyring:
 
     def refresh(self) -> Ring:
         """Read the keys now, in this thread (tests; the refresher's own reads)."""
+        ticket = next(self._tickets)
         try:
             version = read_version()
         except Exception:
             version = None
-        ring = self._ring = read_ring(version)
-        self._first.set()
+        ring = read_ring(version, ticket)
+        self._hold(ring, self._generation)
         return ring
+
+    def _hold(self, ring: Ring, generation: int) -> None:
+        """Hold `ring` unless forgotten meanwhile or a read begun later is held already."""
+        with self._lock:
+            current = self._ring
+            if generation == self._generation and (current is None or current.ticket < ring.ticket):
+                self._ring = ring
+                self._first.set()
 
     def _first_ring(self) -> Ring | None:
         """Start the thread; wait for its first read, but only within FIRST_LOAD_WAIT of its start (a database
         away then: keyed tokens are refused at once until it answers)."""
-        self._start()
+        self.start()
         self._first.wait(max(0.0, self._deadline - time.monotonic()))
         return self._ring
 
-    def _start(self) -> None:
+    def start(self) -> None:
+        """Start this process's refresher thread (once): its first read then comes before the first keyed token."""
         with self._lock:
             if self._running:
                 return
@@ -150,7 +165,9 @@ class Keyring:
             try:
                 self._refresh_if_changed(generation)
             except Exception:  # PostgreSQL or Redis away: keep the keys held, try again next time
-                log.warning("could not refresh the storefront keys", exc_info=True)
+                if time.monotonic() - self._warned_at >= RELOAD_SECONDS:  # a line a minute, not a second
+                    self._warned_at = time.monotonic()
+                    log.warning("could not refresh the storefront keys", exc_info=True)
             finally:
                 connection.close()  # this thread's connection: none held between reads
             time.sleep(POLL_SECONDS)
@@ -158,16 +175,13 @@ class Keyring:
     def _refresh_if_changed(self, generation: int) -> None:
         ring = self._ring
         stale = ring is None or time.monotonic() - ring.loaded_at >= RELOAD_SECONDS
+        ticket = next(self._tickets)
         try:
             version = read_version()
         except Exception:  # Redis away: the keys are still read from PostgreSQL every RELOAD_SECONDS
             version = ring.version if ring is not None else None
         if stale or ring is None or version != ring.version:
-            ring = read_ring(version)
-            with self._lock:
-                if generation == self._generation:  # not forgotten meanwhile
-                    self._ring = ring
-                    self._first.set()
+            self._hold(read_ring(version, ticket), generation)
 
 
 KEYRING = Keyring()

@@ -52,12 +52,13 @@ def parse_claim_id(text: str) -> tuple[int, str] | None:
     return int(match.group(1)), text[len(match.group(1)) + 1:]
 
 
-def record_keys(campaign_id: int, ref: str) -> tuple[str, str, str, str]:
+def record_keys(campaign_id: int, ref: str, *, learn: bool = True) -> tuple[str, str, str, str]:
     """(settled key, ledger key, coupon template key, entry id) of a claim's ledger_ref: claim_status.lua's keys
-    and argument."""
+    and argument. `learn`: False on an event loop (keys.campaign_keys: a grouped campaign this process never met is
+    read where it is not, found nowhere, and handed on to Django's view, which learns it)."""
     entry_id, bucket = split_ref(ref)
-    keys = campaign_keys(campaign_id, bucket)
-    return f"{keys.tag}settled:{entry_id}", keys.ledger, template_key(campaign_id, bucket), entry_id
+    keys = campaign_keys(campaign_id, bucket, learn=learn)
+    return f"{keys.tag}settled:{entry_id}", keys.ledger, f"{keys.tag}settled-coupon", entry_id
 
 
 def template_key(campaign_id: int, bucket: int) -> str:

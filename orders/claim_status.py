@@ -267,7 +267,7 @@ _STATUS_SHA = hashlib.sha1(STATUS_SCRIPT.encode()).hexdigest()
 
 async def _read_async(request: StatusRequest) -> Read:
     """read_record() through the loop's pipelined client (one EVALSHA). Raise HandOn when Redis fails."""
-    keys = record_keys(request.campaign_id, request.ref)
+    keys = record_keys(request.campaign_id, request.ref, learn=False)  # never a lookup on the loop
     try:
         client = async_client()
         try:

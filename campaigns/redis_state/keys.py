@@ -16,6 +16,12 @@ import hashlib
 import zlib
 from dataclasses import dataclass
 
+import redis
+
+from core.errors import StoreUnavailable
+
+from .clients import redis_client
+
 DRAIN_GROUP = "drain"
 
 
@@ -135,12 +141,6 @@ def learn_group(campaign_id: int) -> None:
     """Learn from the campaign's home (home_of) whether it is grouped, once: a campaign's group never changes once
     it is in Redis (Campaign.clean), so what a process learnt never goes stale. A campaign Redis holds nothing of
     is not learnt (asked again next time). Raise StoreUnavailable."""
-    import redis
-
-    from core.errors import StoreUnavailable
-
-    from .clients import redis_client
-
     try:
         group, limit, starts = redis_client().hmget(home_of(campaign_id), "group", "group_limit", "starts_ms")
     except redis.RedisError as exc:

@@ -125,3 +125,32 @@ def test_a_campaigns_group_is_fixed_once_it_is_in_redis(live_campaign) -> None:
     campaign.group, campaign.group_limit = "", None
     with pytest.raises(ValidationError, match="group"):
         campaign.full_clean()
+
+
+def test_a_grouped_claims_status_is_the_same_from_the_door_and_djangos_view(live_campaign, http_server, client
+                                                                           ) -> None:
+    """The server's processes never met the group: the door's read (no lookup on the loop) finds nothing where it
+    looks and hands on to Django's view, which learns the group; both answer pending, then issued, byte for byte."""
+    import urllib.request
+
+    from coupons.models import Coupon
+    from tests.conftest import shopper_headers
+
+    campaign = live_campaign(group="status", group_limit=2, total_stock=10)
+    claimed = run_claim(campaign_id=campaign.pk, user_id="alice", idempotency_key=None)
+    claim_id = f"{campaign.pk}-{claimed.ledger_id}"
+
+    def over_http() -> tuple[int, bytes]:
+        request = urllib.request.Request(f"{http_server}/api/v1/claims/{claim_id}", headers={
+            "X-User-Id": "alice", "X-Token": shopper_headers("alice")["HTTP_X_TOKEN"]})
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, response.read()
+
+    status, body = over_http()
+    assert status == 200 and json.loads(body)["status"] == "pending"
+    assert client.get(f"/api/v1/claims/{claim_id}", **shopper_headers("alice")).content == body
+    drain_campaign(campaign_id=campaign.pk)
+    status, body = over_http()
+    assert json.loads(body)["status"] == "issued"
+    assert json.loads(body)["coupon"]["code"] == Coupon.objects.get(claim_id=claim_id).code
+    assert over_http() == (200, body)  # again: the process knows the group now

@@ -50,6 +50,7 @@ LIVE_LOCKED = ["kind", "code", "buckets",
                # the scope and stacking too: coupons held already were priced on them (their stored shares)
                "include_categories", "exclude_categories", "include_skus", "exclude_skus", "min_quantity",
                "exclusive", "combinable_with", "order_cap",
+               "tiers", "buy_quantity", "get_quantity",  # the richer rules' (issue 38), as the rule's other fields
                "budget",  # its money left is in Redis (coupons/budget.py)
                "group", "group_limit"]  # its keys are named after its group (campaigns.redis_state.keys)
 
@@ -169,8 +170,9 @@ class CampaignAdmin(CampaignReportMixin):
                 "description": _("A codes campaign's stock is its shared code's total uses and its per-user limit "
                                "the uses per shopper (without a shared code: unique codes, generated or "
                                "imported).")}),
-        (_("Coupon rule"), {"fields": ["discount_type", "discount_value", "max_discount", "min_spend", "currency",
-                                    "valid_from", "valid_until", "valid_days", "audience", "budget"]}),
+        (_("Coupon rule"), {"fields": ["discount_type", "discount_value", "tiers", "buy_quantity", "get_quantity",
+                                    "max_discount", "min_spend", "currency", "valid_from", "valid_until",
+                                    "valid_days", "audience", "budget"]}),
         (_("Scope and stacking"), {
             "fields": ["include_categories", "include_skus", "exclude_categories", "exclude_skus", "min_quantity",
                        "exclusive", "combinable_with", "order_cap"],

@@ -85,6 +85,11 @@ def rule_errors(campaign: Any) -> dict[str, str]:
     buy N get M buys and gets at least 1 item each; no other kind has tiers or quantities."""
     errors: dict[str, str] = {}
     kind = campaign.discount_type
+    if campaign.tiers is None:  # a form's empty field: none
+        campaign.tiers = []
+    for name in ("buy_quantity", "get_quantity"):
+        if getattr(campaign, name) is None:
+            setattr(campaign, name, 0)
     if kind not in RICH_KINDS:
         if campaign.tiers:
             errors["tiers"] = gettext("Only a tiers rule has tiers.")
@@ -109,7 +114,7 @@ def rule_errors(campaign: Any) -> dict[str, str]:
     if kind == pricing.BUY_GET:
         for name in ("buy_quantity", "get_quantity"):
             value = getattr(campaign, name)
-            if value is None or not 1 <= value <= MAX_ITEMS:
+            if not 1 <= value <= MAX_ITEMS:
                 errors[name] = gettext("Buy N get M buys and gets 1 to %(max)s items each.") % {"max": MAX_ITEMS}
     elif campaign.buy_quantity or campaign.get_quantity:
         errors["buy_quantity"] = gettext("Only a buy N get M rule has quantities.")

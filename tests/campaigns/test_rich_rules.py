@@ -12,6 +12,7 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.core.management import CommandError, call_command
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 
 from campaigns import pricing
 from campaigns.models import Campaign, DiscountType
@@ -20,6 +21,7 @@ from ..factories import CampaignFactory
 
 pytestmark = pytest.mark.django_db
 D = Decimal
+ADD = "/admin/campaigns/campaign/add/"
 
 
 def run(*args: str) -> dict[str, Any]:
@@ -129,3 +131,26 @@ def test_the_database_refuses_a_rich_rule_that_skipped_clean(fields: dict[str, A
     campaign = CampaignFactory()
     with pytest.raises(IntegrityError), transaction.atomic():
         Campaign.objects.filter(pk=campaign.pk).update(**fields)
+
+
+def test_the_admin_creates_rich_rules_and_answers_their_errors_on_the_form(admin_client) -> None:
+    now = timezone.localtime()
+    form = {"name": "Ladder", "kind": "grab", "starts_at_0": now.strftime("%Y-%m-%d"), "starts_at_1": "12:00:00",
+            "ends_at_0": now.strftime("%Y-%m-%d"), "ends_at_1": "13:00:00", "total_stock": "5",
+            "per_user_limit": "1", "buckets": "1", "discount_type": "tiers", "discount_value": "0",
+            "tiers": '[["100", "10", false], ["200", "25", false]]', "buy_quantity": "", "get_quantity": "",
+            "min_spend": "0", "currency": "CNY", "valid_days": "7", "audience": "all"}
+
+    down = admin_client.post(ADD, {**form, "tiers": '[["200", "10", false], ["100", "5", false]]'})
+    no_quantities = admin_client.post(ADD, {**form, "name": "B2G1", "discount_type": "buy_get", "tiers": ""})
+    plain = admin_client.post(ADD, {**form, "name": "Plain", "discount_type": "fixed", "discount_value": "5",
+                                    "tiers": ""})
+    created = admin_client.post(ADD, form)
+
+    assert down.status_code == 200 and "Tiers go up" in down.content.decode()
+    assert no_quantities.status_code == 200 and "1 to 1000 items" in no_quantities.content.decode()
+    assert plain.status_code == 302 and Campaign.objects.get(name="Plain").tiers == []
+    assert created.status_code == 302
+    ladder = Campaign.objects.get(name="Ladder")
+    assert (ladder.min_spend, ladder.buy_quantity, ladder.coupon_rule().tiers[1]) == (
+        D("100.00"), 0, pricing.Tier(D(200), D(25)))

@@ -166,10 +166,11 @@ class CampaignAdmin(CampaignReportMixin):
     change_form_template = "admin/campaigns/campaign/change_form.html"
     fieldsets = [
         (None, {"fields": ["name", "kind", "code", "starts_at", "ends_at", "total_stock", "per_user_limit",
-                           "rate_limit", "buckets", "paused"],
+                           "rate_limit", "buckets", "group", "group_limit", "paused"],
                 "description": _("A codes campaign's stock is its shared code's total uses and its per-user limit "
                                "the uses per shopper (without a shared code: unique codes, generated or "
-                               "imported).")}),
+                               "imported). Campaigns of one group share its limit: the coupons one shopper may hold "
+                               "of all of them together.")}),
         (_("Coupon rule"), {"fields": ["discount_type", "discount_value", "tiers", "buy_quantity", "get_quantity",
                                     "max_discount", "min_spend", "currency", "valid_from", "valid_until",
                                     "valid_days", "audience", "budget"]}),

@@ -154,3 +154,26 @@ def test_a_grouped_claims_status_is_the_same_from_the_door_and_djangos_view(live
     assert json.loads(body)["status"] == "issued"
     assert json.loads(body)["coupon"]["code"] == Coupon.objects.get(claim_id=claim_id).code
     assert over_http() == (200, body)  # again: the process knows the group now
+
+
+def test_the_admin_sets_a_group_on_a_draft_and_locks_it_once_published(admin_client) -> None:
+    from django.utils import timezone
+
+    from campaigns.services import campaign_publish
+
+    now = timezone.localtime()
+    form = {"name": "Grouped", "kind": "grab", "starts_at_0": now.strftime("%Y-%m-%d"), "starts_at_1": "00:00:00",
+            "ends_at_0": (now + timezone.timedelta(days=2)).strftime("%Y-%m-%d"), "ends_at_1": "00:00:00",
+            "total_stock": "5", "per_user_limit": "1", "buckets": "1", "discount_type": "fixed",
+            "discount_value": "10.00", "min_spend": "0", "currency": "CNY", "valid_days": "7", "audience": "all",
+            "group": "spring", "group_limit": "2"}
+    refused = admin_client.post("/admin/campaigns/campaign/add/", {**form, "group_limit": ""})
+    created = admin_client.post("/admin/campaigns/campaign/add/", form)
+
+    assert refused.status_code == 200 and "A group needs its limit" in refused.content.decode()
+    assert created.status_code == 302
+    campaign = Campaign.objects.get(name="Grouped")
+    campaign_publish(campaign=campaign)
+    assert campaign_keys(campaign.pk).group == "cpn:{gspring}:held"
+    page = admin_client.get(f"/admin/campaigns/campaign/{campaign.pk}/change/").content.decode()
+    assert 'name="group"' not in page and 'name="group_limit"' not in page  # locked once published

@@ -26,6 +26,8 @@ class GroupBalance:
     group: str
     key: str
     lost: bool = False
+    homeless: bool = False  # the campaign's home (its own slot) does not name its group: a process that never met
+    # it would claim where its keys are not (-1, a 503) until the home is written again (a preheat, reconcile)
     drift: dict[str, tuple[int, int]] = field(default_factory=dict)
     over_limit: list[str] = field(default_factory=list)
 
@@ -33,6 +35,9 @@ class GroupBalance:
         if self.lost:
             return [f"group {self.group}: Redis holds no group hash (its claims and code uses wait: rebuild)"]
         problems = []
+        if self.homeless:
+            problems.append(f"group {self.group}: the campaign's home in Redis does not name its group (a process "
+                            "that never met it answers 503: reconcile --repair writes it again)")
         if self.drift:
             sample = dict(sorted(self.drift.items())[:10])
             problems.append(f"group {self.group}: {len(self.drift)} shoppers' coupons held of the group differ in "
@@ -58,6 +63,8 @@ def group_verify(campaign: Campaign) -> GroupBalance | None:
         redis_state.remember_group(member.pk, member.group, member.group_limit or 0)
     held, counts = redis_state.group_snapshot(key, [redis_state.campaign_keys(m.pk).users for m in members])
     balance = GroupBalance(group=campaign.group, key=key)
+    if campaign in members and counts[members.index(campaign)] is not None:  # its state is in Redis
+        balance.homeless = redis_state.group_home(campaign.pk) != (campaign.group, campaign.group_limit)
     if held is None:
         balance.lost = True
         return balance

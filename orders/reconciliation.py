@@ -26,6 +26,7 @@ from campaigns.models import Campaign
 from campaigns.money import to_minor
 from campaigns.rebuild import campaign_repair_lock
 from campaigns.redis_state.budget import budget_key
+from campaigns.services import campaign_preheat
 from coupons.services import code_uses_give_back_orphans
 
 from .cancel import persist_cancelled_entry
@@ -88,6 +89,9 @@ def _repair(campaign: Campaign, balance: Balance) -> list[str]:
         campaign_rebuild(campaign=campaign)  # its group hash, from PostgreSQL (orders.groups)
         repairs.append(f"restored group {campaign.group}'s hash from PostgreSQL")
         balance = campaign_verify(campaign=campaign)
+    if balance.group is not None and balance.group.homeless and timezone.now() < campaign.ends_at:
+        campaign_preheat(campaign=campaign)  # a refresh: its home written again, nothing else changed
+        repairs.append(f"wrote the campaign's home again (its group {campaign.group})")
     if balance.group is not None and balance.group.drift:
         repairs += group_repair(balance.group)
     if balance.missing_entries:

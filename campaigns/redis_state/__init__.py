@@ -52,7 +52,7 @@ from .claim import (
 )
 from .clients import async_client, redis_client
 from .codes import TakeCode, code_uses_of, codes_snapshot, run_code_give_back, run_code_take, run_code_takes
-from .groups import group_held, group_key, group_restore, group_snapshot
+from .groups import group_held, group_home, group_key, group_restore, group_snapshot
 from .keys import (
     DRAIN_GROUP,
     MAX_BUCKETS,
@@ -100,7 +100,7 @@ __all__ = [
     "UNREADABLE", "VoidNotConfirmed", "async_client", "bucket_counts", "bucket_of", "bucket_shares", "buckets_of",
     "campaign_keys", "claim_call", "claim_id_of", "claim_reply", "claim_result", "clear_drain_trigger",
     "code_uses_of", "codes_snapshot", "compare_and_set", "finish_moves", "forget_bucket_counts",
-    "forget_empty_buckets", "group_held", "group_key", "group_restore", "group_snapshot", "key_digest",
+    "forget_empty_buckets", "group_held", "group_home", "group_key", "group_restore", "group_snapshot", "key_digest",
     "ledger_ref", "load_state", "move_counts", "move_counts_of", "move_stock", "own_answer_field", "pending_moves",
     "received_moves", "redis_client", "redis_now_ms", "remaining_many", "remember_buckets", "remember_group",
     "replace_claim_records", "replicated", "reset_redis_client", "restore_answers", "run_add_stock", "run_claim",

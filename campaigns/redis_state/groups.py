@@ -11,7 +11,7 @@ import redis
 from core.errors import StoreUnavailable
 
 from .clients import redis_client
-from .keys import campaign_keys, remember_group
+from .keys import campaign_keys, home_of, remember_group
 from .lua import text
 from .state import to_ms
 
@@ -20,6 +20,16 @@ def group_key(campaign_id: int, group: str, group_limit: int) -> str:
     """The group's hash of a campaign of `group` (told from PostgreSQL: the process may never have met it)."""
     remember_group(campaign_id, group, group_limit)
     return campaign_keys(campaign_id).group
+
+
+def group_home(campaign_id: int) -> tuple[str, int] | None:
+    """What the campaign's home says (keys.home_of): (group, limit), None when it names none. Raise
+    StoreUnavailable."""
+    try:
+        group, limit = redis_client().hmget(home_of(campaign_id), "group", "group_limit")
+    except redis.RedisError as exc:
+        raise StoreUnavailable(str(exc)) from exc
+    return None if group is None else (text(group), int(limit or 0))
 
 
 def group_held(key: str) -> dict[str, int] | None:

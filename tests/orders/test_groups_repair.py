@@ -15,7 +15,7 @@ from campaigns.redis_state.keys import forget_groups
 from core.errors import Unavailable
 from orders import tasks
 from orders.cancel import claim_cancel
-from orders.claim import claim_create
+from orders.claim import claim_create, forget_campaign_facts
 from orders.drain import drain_campaign
 from orders.reconciliation import campaign_reconcile
 from orders.verify import campaign_verify
@@ -177,3 +177,23 @@ def test_the_admin_sets_a_group_on_a_draft_and_locks_it_once_published(admin_cli
     assert campaign_keys(campaign.pk).group == "cpn:{gspring}:held"
     page = admin_client.get(f"/admin/campaigns/campaign/{campaign.pk}/change/").content.decode()
     assert 'name="group"' not in page and 'name="group_limit"' not in page  # locked once published
+
+
+def test_a_campaigns_home_lost_alone_is_found_and_written_again(live_campaign) -> None:
+    """On a cluster the home is in another slot than the group's state, so on another master: a process that never
+    met the group claims at the home, finds nothing and answers 503; verify names it, reconcile writes it again."""
+    campaign = live_campaign(group="home", group_limit=2, total_stock=10)
+    redis_client().delete(campaign_keys(campaign.pk).home)
+    forget_groups()
+    forget_campaign_facts()
+    with pytest.raises(Unavailable):
+        claim_create(campaign_id=campaign.pk, user_id="ann", idempotency_key=None)
+    balance = campaign_verify(campaign=campaign)
+    assert not balance.balanced and balance.group is not None and balance.group.homeless
+
+    record = campaign_reconcile(campaign=campaign, repair=True, source="test")
+
+    assert record is not None and record.balanced, record.problems
+    forget_groups()
+    assert claim_create(campaign_id=campaign.pk, user_id="ann", idempotency_key=None).status == "claimed"
+    assert int(redis_client().get(campaign_keys(campaign.pk).stock)) == 9

@@ -31,14 +31,14 @@ from .units import _allocate, _to_units
 
 @dataclass(frozen=True)
 class _TiersBenefit:
-    steps: tuple[tuple[int, int | None, int | None], ...]  # (threshold, fixed units or None, hundredths or None)
+    steps: tuple[tuple[int, int, bool], ...]  # (threshold, off: units, or hundredths of a percent, percent?)
     cap: int | None
 
     def units(self, eligible: int, remaining: Sequence[int]) -> int:
         discount = 0
-        for threshold, fixed, hundredths in reversed(self.steps):
+        for threshold, off, percent in reversed(self.steps):
             if eligible >= threshold:
-                discount = fixed if fixed is not None else (eligible * hundredths + 5000) // 10000  # type: ignore[operator]
+                discount = (eligible * off + 5000) // 10000 if percent else off  # half-up, as a plain percentage
                 break
         if self.cap is not None:
             discount = min(discount, self.cap)
@@ -94,8 +94,8 @@ def benefit_of(cart: Cart, rule: CouponRule, lines: tuple[int, ...]) -> Benefit 
         rule.max_discount.quantize(minor_unit(currency), rounding=ROUND_HALF_UP), currency)
     if rule.discount_type == TIERS:
         return _TiersBenefit(steps=tuple(
-            (_to_units(tier.threshold, currency), None if tier.percent else _to_units(tier.off, currency),
-             int(tier.off * 100) if tier.percent else None)
+            (_to_units(tier.threshold, currency),
+             int(tier.off * 100) if tier.percent else _to_units(tier.off, currency), tier.percent)
             for tier in rule.tiers), cap=cap)
     if rule.discount_type == FREE_SHIPPING:
         return _FreeShipping(shipping=cart.shipping_index, cap=cap)

@@ -2,6 +2,7 @@
 stack as an ASGI application for any ASGI server (`uvicorn config.asgi:application --http httptools --loop
 uvloop`).
 
+    RouteBodyLimits  the routes' body limits, asked at each request's head (config/body_limits.py)
     ClaimDoor        POST /api/v1/campaigns/{id}/claim on the event loop   (orders/door.py)
     ClaimStatusDoor  GET /api/v1/claims/{id} from Redis, long polls too    (orders/status_door.py)
     HealthCheck      GET /healthz on the event loop                        (core/web.py)
@@ -17,9 +18,8 @@ from core.handlers import django_application as _django_application  # noqa: E40
 
 django_application = _django_application()  # the API's routes through the middleware they need
 
-from django.conf import settings  # noqa: E402  (after Django is set up: the imports below load the apps)
-
-from core.web import DjangoThreads, HealthCheck, asgi  # noqa: E402
+from config.body_limits import body_limits  # noqa: E402  (after Django is set up: the imports below load the apps)
+from core.web import DjangoThreads, HealthCheck, RouteBodyLimits, asgi  # noqa: E402
 from orders.door import ClaimDoor  # noqa: E402
 from orders.status_door import ClaimStatusDoor  # noqa: E402
 from storefronts.keyring import KEYRING  # noqa: E402
@@ -28,9 +28,10 @@ from webserver.interface import Application  # noqa: E402
 
 def make_application(threads: int) -> Application:
     """The project's stack of layers, with `threads` threads for Django."""
-    django = DjangoThreads(django_application, threads, settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+    limits = body_limits()
+    django = DjangoThreads(django_application, threads, limits)
     KEYRING.start()  # this worker's storefront keys read by its own thread before the first keyed token comes
-    return ClaimDoor(ClaimStatusDoor(HealthCheck(django)))
+    return RouteBodyLimits(ClaimDoor(ClaimStatusDoor(HealthCheck(django))), limits)
 
 
 application = asgi(make_application(threads=int(os.environ.get("COUPONS_WEB_THREADS", "16"))))

@@ -4,10 +4,12 @@ other request on:
 
     HealthCheck(DjangoThreads(...))      GET /healthz on the event loop; everything else Django's
 
-An app adds its own layer on top (orders.door.ClaimDoor); config/asgi.py stacks them, and asgi() turns the
-stack into an ASGI application for any ASGI server (uvicorn). Django is called as a WSGI application in a
-pool of threads, exactly as a WSGI server calls it (Django's own ASGI handler measured 3-7x slower here).
-A StreamingHttpResponse is handed on in parts (ThreadedParts), so a download of any size takes constant memory.
+An app adds its own layer on top (orders.door.ClaimDoor); config/asgi.py stacks them, RouteBodyLimits gives the
+stack its routes' body limits (config/body_limits.py: one table that the server, asgi() and DjangoThreads
+read), and asgi() turns the stack into an ASGI application for any ASGI server (uvicorn). Django is called as
+a WSGI application in a pool of threads, exactly as a WSGI server calls it (Django's own ASGI handler measured
+3-7x slower here). A StreamingHttpResponse is handed on in parts (ThreadedParts), so a download of any size
+takes constant memory.
 """
 from __future__ import annotations
 
@@ -21,7 +23,16 @@ from typing import Any
 
 import orjson
 
-from webserver.interface import JSON_HEADERS, Application, Request, Response, error_response, wsgi_path
+from webserver.interface import (
+    JSON_HEADERS,
+    Application,
+    BodyLimits,
+    Request,
+    Response,
+    body_limit_of,
+    error_response,
+    wsgi_path,
+)
 
 from .errors import BadHost
 from .http import body_of, declared_length, error_body, host_allowed
@@ -86,20 +97,26 @@ def request_id_header(headers: Iterable[tuple[bytes, bytes]]) -> tuple[bytes, by
 class DjangoThreads:
     """Django's WSGI handler, called in a pool of threads: the answer to everything no layer above answers."""
 
-    def __init__(self, wsgi: Any, threads: int, body_limit: int) -> None:
+    def __init__(self, wsgi: Any, threads: int, body_limits: BodyLimits) -> None:
         self.wsgi = wsgi
         self.executor = ThreadPoolExecutor(threads, thread_name_prefix="django")
-        self.body_limit = body_limit  # Django reads at most this much: a larger body is a 413 before Django runs
+        # Django reads at most its route's limit: a larger body is a 413 before Django runs
+        self.body_limits = body_limits
+        self.body_limit = body_limits.default
+
+    def body_limit_for(self, path: str) -> int:
+        return self.body_limits(path)
 
     async def answer(self, request: Request) -> Response:
         meta = headers_environ(request.headers, request.client)
         length = declared_length(meta.get("CONTENT_LENGTH") or "0")
-        if len(request.body) > self.body_limit or (  # a chunked body over the limit, or one the server never read
-                length is not None and length > self.body_limit):
+        limit = self.body_limits(request.path) if length or request.body else self.body_limit
+        if len(request.body) > limit or (  # a chunked body over the limit, or one the server never read
+                length is not None and length > limit):
             # Refused here for every view: Django would see an empty body (a form without its CSRF token: 403)
             return error_response(413, "payload_too_large", "The request body is too large.")
         meta.setdefault("CONTENT_LENGTH", str(len(request.body)))  # a chunked body, now read whole
-        meta.update({
+        meta.update({  # wsgi.input: io.BytesIO shares the body's bytes (no copy until it is written to)
             "REQUEST_METHOD": request.method,
             "SCRIPT_NAME": "",
             "PATH_INFO": request.path,
@@ -254,9 +271,28 @@ class HealthCheck:
         self.inner.close()
 
 
+class RouteBodyLimits:
+    """The stack with its routes' body limits: the web server (and asgi()) asks body_limit_for(path) once a
+    request, at its head; a path no route names keeps the stack's own body_limit (the claim door's included)."""
+
+    def __init__(self, inner: Application, body_limits: BodyLimits) -> None:
+        self.inner, self.body_limits = inner, body_limits
+        self.body_limit = inner.body_limit
+
+    def body_limit_for(self, path: str) -> int:
+        return self.body_limits(path, self.body_limit)
+
+    def answer(self, request: Request) -> Response | Awaitable[Response]:
+        return self.inner.answer(request)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
 def asgi(app: Application) -> Callable[[dict[str, Any], Receive, Send], Awaitable[None]]:
-    """The ASGI application of a stack of layers: its body read whole (up to app.body_limit + 1 bytes), then
-    answered as the web server answers it."""
+    """The ASGI application of a stack of layers: its body read whole (up to its route's limit + 1 bytes,
+    webserver.interface.body_limit_of), then answered as the web server answers it."""
+    limit_of = body_limit_of(app)
 
     async def application(scope: dict[str, Any], receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -269,8 +305,9 @@ def asgi(app: Application) -> Callable[[dict[str, Any], Receive, Send], Awaitabl
         client = scope.get("client")
         server = scope.get("server") or ("localhost", 80)
         raw_path = scope.get("raw_path")
-        request = Request(scope["method"], wsgi_path(raw_path) if raw_path else scope["path"],
-                          scope["query_string"], headers, await read_body(receive, headers, app.body_limit),
+        path = wsgi_path(raw_path) if raw_path else scope["path"]
+        request = Request(scope["method"], path, scope["query_string"], headers,
+                          await read_body(receive, headers, limit_of(path)),
                           str(client[0]) if client else "", (str(server[0]), int(server[1] or 80)),
                           scope.get("http_version", "1.1"), scope.get("scheme", "http"))
         answer = app.answer(request)
@@ -321,9 +358,13 @@ async def read_body(receive: Receive, headers: Iterable[tuple[bytes, bytes]], li
             expected = declared
             if expected == 0:
                 return b""
-    received = b""
+    parts: list[bytes] = []  # joined once at the end: adding each to the last would copy a large body over and over
+    received = 0
     while True:
         message = await receive()
-        received += message.get("body", b"")
-        if len(received) > limit or not message.get("more_body", False) or len(received) == expected:
-            return received[: limit + 1]
+        part = message.get("body", b"")
+        parts.append(part)
+        received += len(part)
+        if received > limit or not message.get("more_body", False) or received == expected:
+            body = parts[0] if len(parts) == 1 else b"".join(parts)
+            return body[: limit + 1]

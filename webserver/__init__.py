@@ -17,7 +17,8 @@ without the task, was measured and not kept: the same sold-out claims/s within n
 rounds, docs/benchmarks.md.)
 
 Limits (webserver.options): a request line of at most 64 KiB (414) and headers of at most 64 KiB and 100 fields
-(431), a body of at most the application's body_limit (413, by Content-Length before anything is read), a whole
+(431), a body of at most its route's limit (the application's body_limit_for(path), else its body_limit: 413, by
+Content-Length before anything is read; a chunked body is cut at the limit + 1), a whole
 request within 30 s of its first byte (408; not counting while reading is paused), an idle connection closed
 after 60 s, at most 32 pipelined requests waiting before reading pauses. A malformed request (CONNECT too) is a
 400 in the contract's JSON form, then the connection closes. An Upgrade request is answered as a plain one, then

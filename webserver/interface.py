@@ -1,14 +1,17 @@
 """What the server hands an application and what it takes back: the whole of the server's interface.
 
 An application is any object with `body_limit` (the largest body it reads; a larger Content-Length is refused
-before the body is read), `answer(request)` and `close()`. `answer` returns the Response itself when it can
+before the body is read), `answer(request)` and `close()`; and, when some routes take larger (or smaller) bodies,
+`body_limit_for(path)`, asked once for each request that has a body, when its headers are complete (BodyLimits
+is such a table of routes). `answer` returns the Response itself when it can
 answer without waiting (no coroutine to make and run), or an awaitable of one. A Response's body is its
 whole bytes (sent with Content-Length), or Parts that come as they are made (sent chunked: a download of any
 size in constant memory). Nothing here imports Django or the project's apps.
 """
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Protocol
 from urllib.parse import unquote_to_bytes
 
@@ -49,11 +52,41 @@ class Request:
 
 
 class Application(Protocol):
-    body_limit: int
+    body_limit: int  # the largest body read on a path that body_limit_for (optional, below) does not answer
 
     def answer(self, request: Request) -> Response | Awaitable[Response]: ...
 
     def close(self) -> None: ...
+
+    # Optional: def body_limit_for(self, path: str) -> int, the largest body read for this path (as Request.path
+    # holds it). The server asks it (body_limit_of) once per request with a body, its headers complete: a larger
+    # Content-Length is refused unread, a chunked body is cut at the limit + 1.
+
+
+def body_limit_of(app: Application) -> Callable[[str], int]:
+    """The application's body limit of a path: its body_limit_for, or its one body_limit for every path."""
+    limit_for: Callable[[str], int] | None = getattr(app, "body_limit_for", None)
+    if limit_for is not None:
+        return limit_for
+    limit = app.body_limit
+    return lambda path: limit
+
+
+class BodyLimits:
+    """The largest body each route takes: `routes`, (regular expression of a whole path, limit) pairs, the first
+    that matches giving its limit; any other path, `default`."""
+
+    def __init__(self, default: int, routes: Iterable[tuple[str, int]] = ()) -> None:
+        self.default = default
+        self.routes = [(re.compile(pattern), limit) for pattern, limit in routes]
+        self.largest = max([default, *(limit for _, limit in self.routes)])
+
+    def __call__(self, path: str, default: int | None = None) -> int:
+        """The limit of `path` (as Request.path holds it): its route's, else `default` (None: self.default)."""
+        for pattern, limit in self.routes:
+            if pattern.fullmatch(path) is not None:
+                return limit
+        return self.default if default is None else default
 
 
 def error_response(status: int, slug: str, detail: str) -> Response:

@@ -35,12 +35,13 @@ class Serving(Protocol):
     loop: asyncio.AbstractEventLoop
     connections: set[HttpConnection]
     max_connections: int
-    body_limit: int
     keep_alive: float
     request_timeout: float
     write_timeout: float
     stopping: bool
     date_line: bytes
+
+    def body_limit_of(self, target: bytes) -> int: ...
 
     def answer(self, incoming: Incoming, connection: HttpConnection) -> Response | Awaitable[Response]: ...
 
@@ -61,7 +62,7 @@ class Incoming:
 
     __slots__ = ("url", "headers", "body", "method", "version", "keep_alive", "began", "header_bytes",
                  "head_received", "head_done", "skip_body", "error", "expect_continue", "continued",
-                 "body_left", "in_chunk_head", "hosts")
+                 "body_left", "in_chunk_head", "hosts", "body_limit")
 
     def __init__(self, began: float) -> None:
         self.url = b""
@@ -82,6 +83,7 @@ class Incoming:
         self.in_chunk_head = False  # a chunk's size line is parsed and no byte of its data yet: the last
         #                             chunk's trailer section comes here
         self.hosts = 0  # Host header fields
+        self.body_limit = 0  # the largest body its route takes (asked when its headers are complete)
 
 
 class _Refuse(Exception):
@@ -291,24 +293,30 @@ class HttpConnection(asyncio.Protocol):
             raise _Refuse(error_response(505, "http_version_not_supported", "Only HTTP/1.1 and HTTP/1.0 are served."))
         if request.hosts > 1 or (request.hosts == 0 and request.version == "1.1"):  # RFC 9112 3.2
             raise _Refuse(error_response(400, "invalid_request", "An HTTP/1.1 request has exactly one Host header."))
+        has_body = False
         for name, value in request.headers:
-            if name == b"transfer-encoding" and value.strip().lower() != b"chunked":
-                # RFC 9112 6.1: chunked is the only coding served, and it comes once, last
-                raise _Refuse(error_response(501, "not_implemented", "Only Transfer-Encoding: chunked is served."))
-            if name == b"content-length":
+            if name == b"transfer-encoding":
+                if value.strip().lower() != b"chunked":
+                    # RFC 9112 6.1: chunked is the only coding served, and it comes once, last
+                    raise _Refuse(error_response(501, "not_implemented", "Only Transfer-Encoding: chunked is served."))
+                has_body = True
+            elif name == b"content-length":
                 if value.isdigit():
                     request.body_left = int(value)
-                if value.isdigit() and int(value) > self.worker.body_limit:
-                    # Answered now with no body (the application refuses it by its Content-Length), and
-                    # the connection closes: the body is never read.
-                    request.skip_body = True
-                    request.keep_alive = False
-                    self.current = None
-                    self.done_reading = True
-                    self.enqueue(request)
-                    return
+                has_body = True
             elif name == b"expect" and value.lower() == b"100-continue" and request.version == "1.1":
                 request.expect_continue = True
+        if has_body:  # its route's limit, asked once (a request without a body needs none)
+            request.body_limit = self.worker.body_limit_of(request.url)
+            if request.body_left > request.body_limit:
+                # Answered now with no body (the application refuses it by its Content-Length), and the
+                # connection closes: the body is never read.
+                request.skip_body = True
+                request.keep_alive = False
+                self.current = None
+                self.done_reading = True
+                self.enqueue(request)
+                return
         if request.expect_continue and not self.busy:
             self.send_continue()
 
@@ -328,8 +336,9 @@ class HttpConnection(asyncio.Protocol):
         request.in_chunk_head = False
         if request.body_left:  # a body of known length (a chunked one's length is not known: 0 throughout)
             request.body_left = max(0, request.body_left - len(body))
-        if len(request.body) <= self.worker.body_limit:  # a chunked body: keep one byte over the limit
-            request.body += body[: self.worker.body_limit + 1 - len(request.body)]
+        limit = request.body_limit
+        if len(request.body) <= limit:  # a chunked body: keep one byte over the limit
+            request.body += body[: limit + 1 - len(request.body)]
 
     def on_message_complete(self) -> None:
         request = self.current

@@ -6,8 +6,9 @@ with loopback ports, a certificate made here and nginx's temporary paths under a
 Through it, over TLS: a claim is claimed, with a chunked body too; the server sees the proxy's X-Forwarded-For
 (a client's own addresses do not escape the server's per-address limit) and none of a client's forwarded
 fields; HTTP/2 is negotiated; plain HTTP is a redirect; /metrics and the console, where DJANGO_ADMIN_URL puts it,
-answer only the allowed addresses; a body over 64 KiB, a head over the proxy's buffers and too many claims are
-refused in the contract's JSON; an IPv6 client is limited by its /64, over IPv6 loopback too.
+answer only the allowed addresses; a body over its route's limit (64 KiB; the grants API 1 MiB, the console's
+grant upload COUPONS_GRANTS_MAX_FILE_BYTES and its form: config/body_limits.py), a head over the proxy's buffers
+and too many claims are refused in the contract's JSON; an IPv6 client is limited by its /64, over IPv6 loopback too.
 
 Skipped, with the reason, where nginx is not installed (CI installs Debian's: .ci/run)."""
 from __future__ import annotations
@@ -86,11 +87,18 @@ def admin_location(admin_url: str) -> subprocess.CompletedProcess[str]:
     return entry_point_script("PROXY_ADMIN_LOCATION", PROXY_ADMIN_URL=admin_url)
 
 
+def grant_upload_max_body(file_bytes: str) -> subprocess.CompletedProcess[str]:
+    return entry_point_script("PROXY_GRANT_UPLOAD_MAX_BODY", PROXY_GRANTS_MAX_FILE_BYTES=file_bytes)
+
+
 def rendered(settings: dict[str, str]) -> str:
     env = {**compose_environment(), **settings}
     rules, location = private_allow_rules(env["PROXY_PRIVATE_ALLOW"]), admin_location(env["PROXY_ADMIN_URL"])
-    assert rules.returncode == location.returncode == 0, rules.stderr + location.stderr
+    upload = grant_upload_max_body(env["PROXY_GRANTS_MAX_FILE_BYTES"])
+    assert rules.returncode == location.returncode == upload.returncode == 0, (
+        rules.stderr + location.stderr + upload.stderr)
     env["PROXY_PRIVATE_ALLOW_RULES"], env["PROXY_ADMIN_LOCATION"] = rules.stdout, location.stdout
+    env["PROXY_GRANT_UPLOAD_MAX_BODY"] = upload.stdout
     admitted = re.compile(env["NGINX_ENVSUBST_FILTER"])
     return envsubst(TEMPLATE.read_text(), {k: v for k, v in env.items() if admitted.search(k)})
 
@@ -260,12 +268,17 @@ class Echo:
 
 
 @pytest.fixture(scope="module")
-def echo_proxy(proxies: Callable[..., Proxy], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxy]:
-    echo = Echo(tmp_path_factory.mktemp("echo") / "echo.log")
+def echo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Echo]:
+    started = Echo(tmp_path_factory.mktemp("echo") / "echo.log")
     try:
-        yield proxies(echo.port)
+        yield started
     finally:
-        stop_group(echo.proc)
+        stop_group(started.proc)
+
+
+@pytest.fixture(scope="module")
+def echo_proxy(proxies: Callable[..., Proxy], echo: Echo) -> Proxy:
+    return proxies(echo.port)
 
 
 def handed(answer: Answer) -> dict[str, Any]:
@@ -290,7 +303,8 @@ def test_every_variable_of_the_template_is_set_by_compose() -> None:
     braced = set(re.findall(r"\$\{([^}]*)\}", template))
     env = compose_environment()
     assert all(name.startswith("PROXY_") for name in braced), braced
-    made_by_the_script = {"PROXY_PRIVATE_ALLOW": "PROXY_PRIVATE_ALLOW_RULES", "PROXY_ADMIN_URL": "PROXY_ADMIN_LOCATION"}
+    made_by_the_script = {"PROXY_PRIVATE_ALLOW": "PROXY_PRIVATE_ALLOW_RULES", "PROXY_ADMIN_URL": "PROXY_ADMIN_LOCATION",
+                          "PROXY_GRANTS_MAX_FILE_BYTES": "PROXY_GRANT_UPLOAD_MAX_BODY"}
     assert braced == {name for name in env if name.startswith("PROXY_")} - set(made_by_the_script) | set(
         made_by_the_script.values())
     nginx_variables = set(re.findall(r"\$([A-Za-z_][A-Za-z0-9_]*)", template))
@@ -494,6 +508,65 @@ def test_a_body_over_64_kib_is_the_proxys_413_in_the_contracts_form(echo_proxy) 
     assert_refusal(by_length, 413, "payload_too_large")
     chunked = call(echo_proxy, "POST", "/x", {}, iter([b"a" * BODY_LIMIT, b"a"]))
     assert_refusal(chunked, 413, "payload_too_large")
+
+
+def passed_on(answer: Answer, length: int) -> None:
+    """The echo server was handed the request with its whole length (it reads no body over its 64 KiB)."""
+    assert handed(answer)["headers"]["content-length"] == [str(length)]
+
+
+def test_the_grants_api_and_the_consoles_upload_take_larger_bodies_and_no_other_route(echo_proxy) -> None:
+    """The routes of config/body_limits.py have the server's limits here too: the grants API 1 MiB, the console's
+    grant upload COUPONS_GRANTS_MAX_FILE_BYTES and its form (64 MiB by default); any other route 64 KiB."""
+    body = b"a" * 600_000
+    passed_on(call(echo_proxy, "POST", "/api/v1/campaigns/7/grants", {"Content-Type": "application/json"}, body),
+              600_000)
+    passed_on(call(echo_proxy, "POST", "/admin/grants/grantbatch/upload/7/", {}, b"a" * 2_000_000), 2_000_000)
+    for path in ("/api/v1/carts/validate", "/api/v1/campaigns/7/claim", "/api/v1/campaigns/7/grants/x",
+                 "/api/v1/campaigns/grants", "/admin/coupons/codebatch/campaign/7/import/",
+                 "/x/grants/grantbatch/upload/7/"):
+        assert_refusal(call(echo_proxy, "POST", path, {}, body), 413, "payload_too_large")
+    assert_refusal(call(echo_proxy, "POST", "/api/v1/campaigns/7/grants", {}, b"a" * (1024 * 1024 + 1)), 413,
+                   "payload_too_large")
+    # the upload is as private as the rest of the console
+    assert_refusal(call(echo_proxy, "POST", "/admin/grants/grantbatch/upload/7/", {}, body, source="127.0.0.2"),
+                   404, "not_found")
+
+
+def test_the_uploads_limit_follows_the_consoles_path_and_the_files_size(proxies, echo) -> None:
+    proxy = proxies(echo.port, PROXY_ADMIN_URL="ops-7f3a/", PROXY_GRANTS_MAX_FILE_BYTES="700000")
+    path = "/ops-7f3a/grants/grantbatch/upload/7/"
+    passed_on(call(proxy, "POST", path, {}, b"a" * (700_000 + 65_536)), 700_000 + 65_536)
+    assert_refusal(call(proxy, "POST", path, {}, b"a" * (700_000 + 65_537)), 413, "payload_too_large")
+    assert_refusal(call(proxy, "POST", "/admin/grants/grantbatch/upload/7/", {}, b"a" * 600_000), 413,
+                   "payload_too_large")  # no longer the console's
+
+
+def test_the_uploads_limit_is_the_file_and_64_kib_and_nothing_but_a_number_is_accepted() -> None:
+    assert grant_upload_max_body("67108864").stdout == str(64 * 1024 * 1024 + 65536)
+    assert entry_point_script("PROXY_GRANT_UPLOAD_MAX_BODY").stdout == "67174400"  # unset: the default
+    for bad in ("", "64m", "012", "1e9", "-1", "1 2", "9" * 16):
+        refused = grant_upload_max_body(bad)
+        assert refused.returncode == 1 and "is not a number of bytes" in refused.stderr, bad
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_600_kb_grants_call_is_granted_through_the_proxy(proxies, live_campaign, tmp_path) -> None:
+    key = "proxy-" + "k" * 32
+    server = Server(tmp_path / "server.log", env={"COUPONS_SERVICE_API_KEYS": key})
+    try:
+        proxy = proxies(server.port)
+        campaign = live_campaign(total_stock=10_000, per_user_limit=1)
+        body = json.dumps({"batch": "crm-600k", "user_ids": [f"{i:058d}" for i in range(10_000)]}).encode()
+        assert 600_000 < len(body) < 1024 * 1024
+        answer = call(proxy, "POST", f"/api/v1/campaigns/{campaign.pk}/grants",
+                      {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}, body)
+        counts = answer.json()
+        assert (answer.status, counts["status"], counts.get("granted")) == (200, "granted", 10_000), counts
+        assert_refusal(call(proxy, "POST", "/api/v1/carts/validate", shopper("ann"), b"a" * 600_000), 413,
+                       "payload_too_large")
+    finally:
+        server.stop()
 
 
 def test_heads_the_server_would_refuse_are_refused_in_the_contracts_form(echo_proxy) -> None:

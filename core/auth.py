@@ -138,7 +138,8 @@ def identify(user_id: str | None, token: str | None, *, tags: str | None = None,
 def _signer(user_id: str | None, token: str | None, tags: str | None, now: float | None
             ) -> SigningKey | str | None:
     """The storefront key that signed `token` for `user_id` (and `tags`), DEFAULT_KEY for the default key's, or
-    None when it is not valid. One signature compared in constant time, whatever is wrong."""
+    None when it is not valid. Once the token's form and time pass, whichever key it names, one signature is
+    compared, in constant time (hmac.compare_digest)."""
     if not is_user_id(user_id) or token is None:
         return None
     if tags is not None and TAGS_RE.fullmatch(tags) is None:
@@ -154,7 +155,7 @@ def _signer(user_id: str | None, token: str | None, tags: str | None, now: float
         return None
     if key_id is None:
         if not settings_now.token_default_key:
-            hmac.compare_digest(signature, signature)  # the same work as a check: a refusal takes as long
+            hmac.compare_digest(signature, signature)  # a comparison on this path too, as on every other
             return None
         expected = _signature(settings_now.token_inner, settings_now.token_outer, user_id,  # type: ignore[arg-type]
                               expires_text, tags)

@@ -15,6 +15,7 @@ from core.http import parse_id
 
 from .models import Campaign, CampaignState, DiscountType
 from .money import money_text
+from .rule_fields import TiersField
 from .selectors import remaining_of, visible_campaigns
 
 
@@ -50,13 +51,16 @@ class CampaignOutputSerializer(serializers.ModelSerializer):
     discount_value = AmountInCurrencyField(rule=True, help_text="An amount off (fixed), or a percentage (percent).")
     max_discount = AmountInCurrencyField(allow_null=True)
     min_spend = AmountInCurrencyField()
+    tiers = TiersField()
+    buy_quantity = serializers.IntegerField(help_text="Buy N get M's N; 0 for any other rule.")
+    get_quantity = serializers.IntegerField(help_text="Buy N get M's M (free items); 0 for any other rule.")
 
     class Meta:
         model = Campaign
         fields = [
             "id", "name", "state", "starts_at", "ends_at", "total_stock", "remaining", "per_user_limit",
             "discount_type", "discount_value", "max_discount", "min_spend", "currency", "valid_until",
-            "valid_days", "audience", "kind",
+            "valid_days", "audience", "kind", "tiers", "buy_quantity", "get_quantity",
         ]
 
 

@@ -12,6 +12,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from campaigns.rule_fields import TiersField
 from core.api import ShopperTokenAuthentication
 from core.errors import BadRequest
 
@@ -19,6 +20,18 @@ from .apis import CouponOutputSerializer
 from .models import Coupon, CouponStatus
 from .selectors import UserCoupons
 from .services import coupons_settle_due
+
+
+class MyCouponSerializer(CouponOutputSerializer):
+    """A coupon in the shopper's list: CouponOutputSerializer's fields and its campaign's richer rule (docs/api.md,
+    Richer rules: tiers, buy N get M's quantities), which a storefront shows beside it."""
+
+    tiers = TiersField(campaign="campaign")
+    buy_quantity = serializers.IntegerField(source="campaign.buy_quantity", help_text="Buy N get M's N; else 0.")
+    get_quantity = serializers.IntegerField(source="campaign.get_quantity", help_text="Buy N get M's M; else 0.")
+
+    class Meta(CouponOutputSerializer.Meta):
+        fields = [*CouponOutputSerializer.Meta.fields, "tiers", "buy_quantity", "get_quantity"]
 
 
 class CountingPaginator(Paginator):
@@ -108,7 +121,7 @@ class MyCouponsApi(APIView):
                     "optionally of one status. Coupons past their validity are expired (with their event) before "
                     "the list is read, so a shopper never sees a stale status.",
         parameters=[FilterSerializer],  # page and page_size: CouponPagination's
-        responses={200: CouponOutputSerializer(many=True)},
+        responses={200: MyCouponSerializer(many=True)},
     )
     def get(self, request: Request) -> Response:
         filters = self.FilterSerializer(data=request.query_params.dict())  # a plain dict: "?status=" is refused
@@ -130,6 +143,6 @@ class MyCouponsApi(APIView):
 
 # One serializer for every answer: DRF builds a ModelSerializer's fields on each new instance, which cost more than
 # the page's query. Its fields only read the coupon (to_representation keeps no state), so threads share it.
-_COUPON_OUT = CouponOutputSerializer()
+_COUPON_OUT = MyCouponSerializer()
 
 

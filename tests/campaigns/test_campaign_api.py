@@ -22,12 +22,13 @@ pytestmark = pytest.mark.django_db
 CAMPAIGN_FIELDS = {
     "id", "name", "state", "starts_at", "ends_at", "total_stock", "remaining", "per_user_limit",
     "discount_type", "discount_value", "max_discount", "min_spend", "currency", "valid_until",
-    "valid_days", "audience", "kind",
+    "valid_days", "audience", "kind", "tiers", "buy_quantity", "get_quantity",
 }
 COUPON_FIELDS = {
     "code", "campaign_id", "claim_id", "status", "valid_from", "expires_at",
     "discount_type", "discount_value", "max_discount", "min_spend", "currency", "order_id", "hold_until", "discount",
 }
+MY_COUPON_FIELDS = COUPON_FIELDS | {"tiers", "buy_quantity", "get_quantity"}  # GET /me/coupons: the rule's too
 
 
 def claim(client: Any, campaign: Campaign, user: str) -> str:
@@ -334,7 +335,7 @@ def test_my_coupons_lists_only_my_own_coupons_newest_first(client, coupons_of_al
     assert set(body) == {"code", "status", "count", "next", "previous", "results"}
     assert body["code"] == 0 and body["status"] == "ok" and body["count"] == 2
     assert body["next"] is None and body["previous"] is None
-    assert all(set(c) == COUPON_FIELDS for c in body["results"])
+    assert all(set(c) == MY_COUPON_FIELDS for c in body["results"])
     mine = Coupon.objects.filter(user_id="alice").order_by("-created_at", "-id")
     assert [c["code"] for c in body["results"]] == [c.code for c in mine]
     assert {c["claim_id"] for c in body["results"]} == set(coupons_of_alice_and_bob["alice"])

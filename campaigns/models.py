@@ -57,6 +57,9 @@ SCOPE_NAME_PATTERN = r"[A-Za-z0-9_.:/-]{1,64}"
 SCOPE_NAME_RE = re.compile(SCOPE_NAME_PATTERN)
 SCOPE_LIST_MAX = 200  # names in one include or exclude list
 SCOPE_LISTS = ("include_categories", "exclude_categories", "include_skus", "exclude_skus")
+# An audience tag or a channel (docs/api.md, Shoppers: a tag is 1-32 of [a-z0-9_-]); a campaign names at most 20.
+AUDIENCE_NAME_RE = re.compile(r"[a-z0-9_-]{1,32}")
+AUDIENCE_LIST_MAX = 20
 
 
 def _scope_list(help_text: StrOrPromise, verbose_name: StrOrPromise) -> ArrayField:
@@ -151,6 +154,16 @@ class Campaign(models.Model):
         verbose_name=_("valid days"))
     audience = models.CharField(max_length=3, choices=Audience.choices, default=Audience.ALL,
         verbose_name=_("audience"))
+    # Audience tags (signed into the shopper's token, X-Shopper-Tags) and channels (the storefront key's): checked in
+    # the claim's atomic step (claim.lua) and at use, without a database query (docs/api.md, Richer rules).
+    audience_tags = ArrayField(
+        models.CharField(max_length=32), default=list, blank=True,
+        help_text=_("Only shoppers whose token carries one of these tags may claim or use it, comma-separated "
+                    "(empty: every shopper)."), verbose_name=_("audience tags"))
+    channels = ArrayField(
+        models.CharField(max_length=32), default=list, blank=True,
+        help_text=_("Only shoppers of storefronts of these channels may claim or use it, comma-separated (empty: "
+                    "every storefront, and tokens of the default key)."), verbose_name=_("channels"))
 
     # Scope and stacking (issue 20): the names campaigns.pricing.CouponRule gives them; coupon_rule() adapts.
     include_categories = _scope_list(_("Categories whose lines the coupon covers, comma-separated (with the SKUs "
@@ -286,6 +299,11 @@ class Campaign(models.Model):
             errors["ends_at"] = gettext("The campaign must end after it starts.")
         if self.buckets != 1 and self.kind != CampaignKind.GRAB:
             errors["buckets"] = gettext("Only a grab campaign's stock can be split into buckets.")
+        for field in ("audience_tags", "channels"):
+            names = getattr(self, field) or []
+            if len(names) > AUDIENCE_LIST_MAX or any(not AUDIENCE_NAME_RE.fullmatch(name) for name in names):
+                errors[field] = gettext("At most %(n)d names of a-z, 0-9, _ and - (1-32 characters each).") % {
+                    "n": AUDIENCE_LIST_MAX}
         if self.budget is not None and self.budget <= 0:
             errors["budget"] = gettext("A budget is more than 0.")
         if self.group and not SCOPE_NAME_RE.fullmatch(self.group):

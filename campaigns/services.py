@@ -65,6 +65,8 @@ def campaign_create(
     budget: Decimal | None = None,
     group: str = "",
     group_limit: int | None = None,
+    audience_tags: list[str] | None = None,
+    channels: list[str] | None = None,
     publish: bool = False,
 ) -> Campaign:
     """Create a campaign (validated like the admin form); with publish=True also publish and preheat it.
@@ -104,6 +106,8 @@ def campaign_create(
         budget=budget,
         group=group,
         group_limit=group_limit,
+        audience_tags=audience_tags or [],
+        channels=channels or [],
     )
     try:
         campaign.full_clean()
@@ -243,6 +247,8 @@ def campaign_state_load(campaign: Campaign, *, initial_stock: int | None, last_l
         grant_only=campaign.kind == CampaignKind.GRANT,
         group=campaign.group,
         group_limit=campaign.group_limit or 0,
+        audience_tags=campaign.audience_tags,
+        channels=campaign.channels,
     )
 
 

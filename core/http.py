@@ -15,7 +15,7 @@ from django.core.signals import setting_changed
 from django.http import HttpRequest, HttpResponse
 from django.http.request import split_domain_port, validate_host
 
-from .auth import authenticate
+from .auth import Identity, authenticate, identify
 from .errors import ApplicationError, BadRequest, PayloadTooLarge, Unauthenticated, UnsupportedMediaType
 
 ID_RE = re.compile(r"[1-9][0-9]{0,17}")  # a positive id that fits PostgreSQL's bigint
@@ -255,5 +255,13 @@ def shopper_of(user_id_header: str | None, token: str | None, tags_header: str |
     if user_id is None:
         raise Unauthenticated()
     return user_id
+
+
+def identity_of(user_id_header: str | None, token: str | None, tags_header: str | None = None) -> Identity:
+    """shopper_of(), answering the storefront that signed the token and its channels too (core.auth.Identity)."""
+    identity = identify(user_id_header, token, tags=tags_header)
+    if identity is None:
+        raise Unauthenticated()
+    return identity
 
 

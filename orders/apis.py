@@ -15,7 +15,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from campaigns.redis_state import CLAIM_STATUSES, ClaimCode, ClaimFlow, ClaimOutcome
+from campaigns.redis_state import CLAIM_STATUSES, ClaimCode, ClaimFlow, ClaimOutcome, claim_audience
 from core.api import (
     ShopperApi,
     ShopperTokenAuthentication,
@@ -32,10 +32,10 @@ from core.http import (
     client_address,
     idempotency_key,
     idempotency_key_in,
+    identity_of,
     json_object_in,
     json_response,
     parse_id,
-    shopper_of,
 )
 from core.logs import log_fields
 from core.tracing import span
@@ -98,7 +98,7 @@ def claim_decided_or_flow(campaign_id_text: str, user_id: str | None, token: str
     sold-out flag: nothing to trace, nothing logs). The one place a claim asks known_sold_out(): the second half
     (claim_in_redis, its async twin) goes to Redis. CampaignClaimApi documents what it reads."""
     try:
-        shopper = shopper_of(user_id, token, tags)
+        shopper = identity_of(user_id, token, tags)
         campaign = parse_id(campaign_id_text)
         idempotency_key = idempotency_key_in(key)
         json_object_in(content_length, transfer_encoding, content_type, read_body)
@@ -108,7 +108,7 @@ def claim_decided_or_flow(campaign_id_text: str, user_id: str | None, token: str
     if known is not None:
         return claim_answered(known, started)
     ip = client_address(peer_address, forwarded_for) if hot().ip_per_second else None  # only when it is limited
-    return ClaimFlow(campaign, shopper, idempotency_key, ip)
+    return ClaimFlow(campaign, shopper.user_id, idempotency_key, ip, claim_audience(tags, shopper.channels))
 
 
 class _Claiming:

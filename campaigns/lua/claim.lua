@@ -44,6 +44,10 @@ ARGV[15] "1": an operator's grant (grants/, always with KEYS[6]; ARGV[13] and AR
 ARGV[16] only for a campaign of a group (ARGV[10] to ARGV[15] then always there): the group's limit, the most
          coupons of all its campaigns one shopper holds; over it 23 group_limit_reached, nothing changed. Without
          it, the campaign's keys given are its home when it is grouped (keys.home_of): -6 tells the caller
+ARGV[17] only for a shopper with audience tags or a storefront's channels (ARGV[10] to ARGV[16] then always there,
+         ARGV[16] "" without a group): ",<tag>,<tag>,|,<channel>,": a campaign with audience tags or channels
+         (meta's "tags", "channels", load_state.lua) admits a shopper carrying one of each list it has; others get
+         15 not_eligible, nothing changed (a grant is the operator's choice of shoppers: never refused so)
 
 Returns "<code>:<ledger_id>:<flags>" (one string: a table reply costs Redis ~1.3 us more; parsed by
 redis_state.claim_reply)
@@ -54,7 +58,7 @@ redis_state.claim_reply)
              -5 dry (only with ARGV[14]): nothing was changed
              -6 the campaign is of a group (its keys given were its home, without ARGV[16]): ledger_id holds the
                 group's name in hex, flags its limit: nothing was changed, ask the group's keys
-             23 group_limit_reached (only with ARGV[16])
+             23 group_limit_reached (only with ARGV[16]), 15 not_eligible (meta's "tags" or "channels")
              -2 rate limited (the campaign, the shopper or the IP sent too many this second): nothing else
                 was changed, and no answer is stored
   ledger_id  the stream entry id of the claim ("" unless claimed)
@@ -79,7 +83,8 @@ if now_ms > ARGV[2] + 0 then
   return '-3::0'
 end
 
-local held = ARGV[16] and KEYS[#KEYS]  -- a campaign of a group: its group's hash (nil: no group, nothing paid)
+-- a campaign of a group: its group's hash (false: no group, nothing paid; ARGV[16] "" with ARGV[17] alone)
+local held = (ARGV[16] or '') ~= '' and KEYS[#KEYS]
 local idem = KEYS[6]
 if idem == held then  -- grouped, without an Idempotency-Key
   idem = nil
@@ -99,7 +104,8 @@ if idem then  -- a claim made without a key has a fresh token: its answer is nev
   end
 end
 
-local meta = call('HMGET', KEYS[1], 'starts_ms', 'ends_ms', 'paused', 'limit', 'rate', 'drain', 'buckets', 'grant')
+local meta = call('HMGET', KEYS[1], 'starts_ms', 'ends_ms', 'paused', 'limit', 'rate', 'drain', 'buckets', 'grant',
+                  'tags', 'channels')
 local stock = call('GET', KEYS[2])
 local starts, ends, limit = meta[1], meta[2], meta[4]
 local grant = ARGV[15] == '1'
@@ -139,6 +145,25 @@ local over_c = not grant and rate > 0 and n > rate
 local over_u = not over_c and shopper and u > ARGV[4] + 0
 local limited = over_c or over_u or (ip and i > ARGV[6] + 0)
 
+-- Whether the shopper carries one of the names of `wanted` (a campaign's ",a,b," or nothing: anyone) in `have`.
+local function admits(wanted, have)
+  if not wanted or wanted == '' then
+    return true
+  end
+  for name in string.gmatch(wanted, '[^,]+') do
+    if string.find(have, ',' .. name .. ',', 1, true) then
+      return true
+    end
+  end
+  return false
+end
+local eligible = true
+if not grant and ((meta[9] or '') ~= '' or (meta[10] or '') ~= '') then  -- only a campaign that asks pays for it
+  local audience = ARGV[17] or '|'
+  local bar = string.find(audience, '|', 1, true)
+  eligible = admits(meta[9], string.sub(audience, 1, bar - 1)) and admits(meta[10], string.sub(audience, bar + 1))
+end
+
 local answer, flags = '-2:', '0'  -- "<code>:<ledger id>", and the reply's flags
 -- What the one HSET below writes: the counters counted (a rate-limited claim's only up to the one over its
 -- limit) and one more field: the answer of a claim made without a key (its field "a:<token>"); a claim with a key
@@ -150,6 +175,8 @@ else
   local code, ledger_id = '0', ''
   if not open then
     code = now_ms < starts and not grant and '3' or now_ms >= ends and '4' or '5'
+  elseif not eligible then
+    code = '15'  -- neither tag nor channel the campaign asks for: nothing counted
   elseif group and (group[2] or 0) + 0 >= ARGV[16] + 0 then
     code = '23'  -- the shopper holds the group's limit (first after the window, as code_take.lua): nothing counted
   elseif stock < 1 then

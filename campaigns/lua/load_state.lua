@@ -23,6 +23,8 @@ ARGV[14] "1": a campaign of a group (its keys in the group's slot, keys.py): KEY
          id -> coupons held of all the group's campaigns), created holding "" where this load creates the stock
          and it is missing (a rebuild restores it first, from PostgreSQL); its expiry is only ever moved later (GT:
          the group's campaigns end apart). A refresh never creates it: a group hash lost alone is rebuilt.
+ARGV[15] the campaign's audience tags ",vip,gold," and ARGV[16] its channels ",web,app," ("": anyone), kept in
+         meta's "tags" and "channels" (claim.lua: a shopper must carry one of each list that is not empty)
 
 Returns {stock_created (0/1), stock (or -1 when missing)}
 --]]
@@ -48,7 +50,8 @@ local function id_less(a, b)
 end
 
 redis.call('HSET', KEYS[1], 'starts_ms', ARGV[1], 'ends_ms', ARGV[2], 'paused', ARGV[3],
-           'limit', ARGV[4], 'total', ARGV[5], 'rate', ARGV[10], 'buckets', ARGV[11], 'grant', ARGV[13] or '0')
+           'limit', ARGV[4], 'total', ARGV[5], 'rate', ARGV[10], 'buckets', ARGV[11], 'grant', ARGV[13] or '0',
+           'tags', ARGV[15] or '', 'channels', ARGV[16] or '')
 redis.call('HSETNX', KEYS[3], '', '0')
 redis.call('SADD', KEYS[5], '')
 

@@ -42,6 +42,7 @@ class ClaimCode(enum.IntEnum):
     ENDED = int(Code.ENDED)
     PAUSED = int(Code.PAUSED)
     GROUP_LIMIT_REACHED = int(Code.GROUP_LIMIT_REACHED)
+    NOT_ELIGIBLE = int(Code.NOT_ELIGIBLE)  # the campaign's audience tags or channels: not the shopper's
     NO_STATE = -1
     RATE_LIMITED = -2
     TOO_LATE = -3
@@ -79,19 +80,20 @@ class ClaimCall:
     call, prepared again for each run of the script."""
 
     __slots__ = ("campaign_id", "user_id", "idempotency_key", "client_ip", "bucket", "keys", "args", "idem_key",
-                 "answer_field", "deadline_ms", "token")
+                 "answer_field", "deadline_ms", "token", "audience")
     keys: list[str]
     args: list[str | int]
     idem_key: str  # where the answer is left: the Idempotency-Key's string, or the second's hash (own answers)
     answer_field: str  # the answer's field in the second's hash ("" when it is the Idempotency-Key's own string)
     deadline_ms: int
     token: str  # this request's, stored with its answer (only this request may void its claim)
+    audience: str  # the shopper's tags and storefront channels as claim.lua reads them (claim_audience), or ""
 
     def __init__(self, campaign_id: int, user_id: str, idempotency_key: str | None, client_ip: str | None,
-                 bucket: int = 0) -> None:
+                 bucket: int = 0, audience: str = "") -> None:
         self.campaign_id, self.user_id = campaign_id, user_id
         self.idempotency_key, self.client_ip = idempotency_key, client_ip
-        self.bucket = bucket
+        self.bucket, self.audience = bucket, audience
 
     learn = True  # what keys.campaign_keys does for a campaign whose group this process does not know
 
@@ -122,15 +124,20 @@ class ClaimCall:
                                  conf.drain_trigger_ttl_ms]
         if idempotency_key is not None:  # with replica acks a repeat is told only once confirmed (claim.lua, void.lua)
             args += [digest, conf.idempotency_ttl_ms, 1 if conf.replica_acks else 0]
-        if buckets > 1 or grant or keys.group:
+        audience = self.audience
+        if buckets > 1 or grant or keys.group or audience:
             if idempotency_key is None:
                 args += ["", 0, 0]
             args += [buckets, "1" if dry else "0"]
-            if grant or keys.group:
+            if grant or keys.group or audience:
                 args.append("1" if grant else "0")
             if keys.group:  # only a campaign of a group pays for its count (claim.lua's last key, ARGV[16])
                 call_keys.append(keys.group)
                 args.append(keys.group_limit)
+            elif audience:
+                args.append("")
+            if audience:  # only a shopper with tags or a storefront's channels (claim.lua's ARGV[17])
+                args.append(audience)
         self.keys, self.args = call_keys, args
         return self
 
@@ -142,6 +149,14 @@ class ClaimCall:
         return unknown
 
 
+def claim_audience(tags: str | None, channels: frozenset[str]) -> str:
+    """The shopper's audience as claim.lua's ARGV[17] reads it: ",<tags as sent>,|,<channels>," ("" for none: a
+    shopper without tags of the default key, whom only a campaign asking nothing admits)."""
+    if not tags and not channels:
+        return ""
+    return f",{tags or ''},|,{','.join(sorted(channels))},"
+
+
 def own_answer_field(token: str) -> str:
     """The field of a claim made without an Idempotency-Key in its second's hash (CampaignKeys.second)."""
     return f"a:{token}"
@@ -149,13 +164,14 @@ def own_answer_field(token: str) -> str:
 
 def claim_call(
     *, campaign_id: int, user_id: str, idempotency_key: str | None, client_ip: str | None, now_ms: int,
-    bucket: int = 0, buckets: int = 1, dry: bool = False, grant: bool = False,
+    bucket: int = 0, buckets: int = 1, dry: bool = False, grant: bool = False, audience: str = "",
 ) -> ClaimCall:
     """The claim script's call for one shopper (campaign, user, Idempotency-Key, client address), for a caller that
     runs the script itself (a pipeline of many shoppers' claims): its .keys and .args (claim.lua documents them);
     `now_ms` is Redis's clock. Of a campaign split into `buckets`, on the shopper's `bucket`; `dry`: answer -5
     rather than sold_out; `grant`: an operator's grant (claim.lua's ARGV[15]). Its reply is read by claim_result()."""
-    return ClaimCall(campaign_id, user_id, idempotency_key, client_ip, bucket).prepare(now_ms, buckets, dry, grant)
+    return ClaimCall(campaign_id, user_id, idempotency_key, client_ip, bucket, audience).prepare(
+        now_ms, buckets, dry, grant)
 
 
 class ClaimFlow(ClaimCall):
@@ -175,9 +191,10 @@ class ClaimFlow(ClaimCall):
     __slots__ = ("buckets", "donors", "final", "give_up", "recounted", "empty")
     learn = False  # never waits for a lookup (on an event loop too): claim.lua's -6 tells a grouped campaign
 
-    def __init__(self, campaign_id: int, user_id: str, idempotency_key: str | None, client_ip: str | None) -> None:
+    def __init__(self, campaign_id: int, user_id: str, idempotency_key: str | None, client_ip: str | None,
+                 audience: str = "") -> None:
         self.campaign_id, self.user_id = campaign_id, user_id
-        self.idempotency_key, self.client_ip = idempotency_key, client_ip
+        self.idempotency_key, self.client_ip, self.audience = idempotency_key, client_ip, audience
         self.buckets = buckets = known_buckets.get(campaign_id, 1)
         self.bucket = bucket_of(user_id, buckets)  # the shopper's own
         self.donors: list[int] | None = None
@@ -188,7 +205,7 @@ class ClaimFlow(ClaimCall):
 
     def again(self) -> ClaimFlow:
         """A new flow of the same claim (the script again after its campaign was loaded into Redis)."""
-        return ClaimFlow(self.campaign_id, self.user_id, self.idempotency_key, self.client_ip)
+        return ClaimFlow(self.campaign_id, self.user_id, self.idempotency_key, self.client_ip, self.audience)
 
     def call(self, now_ms: int) -> ClaimFlow:
         self.prepare(now_ms, self.buckets, self.buckets > 1 and not self.final)

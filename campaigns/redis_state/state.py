@@ -3,6 +3,7 @@ paused; its remaining stock read; its drain trigger cleared."""
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from datetime import datetime
 
 import redis
@@ -31,6 +32,11 @@ def to_ms(moment: datetime) -> int:
     return int(moment.timestamp() * 1000)
 
 
+def audience_list(names: Sequence[str] | frozenset[str]) -> str:
+    """A list of audience tags or channels as claim.lua reads it: ",a,b," ("" for none)."""
+    return f",{','.join(sorted(names))}," if names else ""
+
+
 def load_state(
     *,
     campaign_id: int,
@@ -50,13 +56,15 @@ def load_state(
     grant_only: bool = False,
     group: str = "",
     group_limit: int = 0,
+    audience_tags: Sequence[str] = (),
+    channels: Sequence[str] = (),
 ) -> tuple[bool, int | None]:
     """Write a campaign's settings (and its stock, if missing and given) and move every key's expiry. A codes
     campaign's (codes=True) stock is its shared code's uses. Of a campaign split into `buckets`, one `bucket`'s:
     `initial_stock` is its part, `share` its share when not that part (a rebuild), `rate_limit` its part.
 
     Of a campaign of a `group` (with its `group_limit`): its home first (keys.home_of: where its keys are), then
-    its state in the group's slot, with the group's hash.
+    its state in the group's slot, with the group's hash. `audience_tags` and `channels`: whom the claim admits.
 
     Return (stock_created, stock) where stock is None when Redis holds none. Raise StoreUnavailable.
     """
@@ -85,6 +93,8 @@ def load_state(
                 "" if share is None else share,
                 "1" if grant_only else "0",
                 "1" if group else "0",
+                audience_list(audience_tags),
+                audience_list(channels),
             ],
         )
     except redis.RedisError as exc:

@@ -100,6 +100,8 @@ def campaign_summary(campaign: Any) -> dict[str, Any]:
         "discount_type": campaign.discount_type,
         **({"tiers": campaign.tiers} if campaign.tiers else {}),
         **({"buy": campaign.buy_quantity, "get": campaign.get_quantity} if campaign.buy_quantity else {}),
+        "audience_tags": campaign.audience_tags,
+        "channels": campaign.channels,
         "group": campaign.group or None,
         "group_limit": campaign.group_limit,
     }
@@ -159,6 +161,10 @@ class Command(OperatorCommand):
         parser.add_argument("--group-limit", type=int, help=gettext("coupons one shopper may hold of all the group's "
                                                                     "campaigns together (refused beyond: 23 "
                                                                     "group_limit_reached)"))
+        parser.add_argument("--audience-tags", help=gettext("only shoppers whose token carries one of these tags "
+                                                           "(vip,gold) may claim or use it"))
+        parser.add_argument("--channels", help=gettext("only shoppers of storefronts of these channels (web,app) may "
+                                                      "claim or use it"))
         parser.add_argument("--publish", action="store_true", help=gettext("publish and load into Redis now"))
 
     def handle(self, *args: Any, **opts: Any) -> None:
@@ -220,6 +226,8 @@ class Command(OperatorCommand):
                 budget=budget,
                 group=opts["group"],
                 group_limit=opts["group_limit"],
+                audience_tags=names(opts["audience_tags"]),
+                channels=names(opts["channels"]),
                 publish=opts["publish"],
             )
         except ApplicationError as exc:

@@ -3,7 +3,6 @@ on the change page, and every operation as an action that calls one service (wit
 from __future__ import annotations
 
 import uuid
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django import forms
@@ -27,10 +26,10 @@ from orders.reconciliation import campaign_reconcile
 from orders.report_admin import CampaignReportMixin
 from orders.selectors import claims_issued_counts, claims_per_second, claims_timeline, latest_reconciliations
 
-from . import pricing
+from .admin_rules import CampaignForm, CartPreviewForm, preview
 from .charts import burndown_svg
 from .extension import campaign_extend_end, operator_time
-from .models import SCOPE_NAME_RE, Campaign, CampaignEvent, CampaignState
+from .models import Campaign, CampaignEvent, CampaignState
 from .redis_state import StoreUnavailable
 from .selectors import remaining_of
 from .services import (
@@ -76,43 +75,6 @@ class StateFilter(admin.SimpleListFilter):
         if value == CampaignState.LIVE:
             return published.filter(ends_at__gt=now, paused=False, starts_at__lte=now)
         return queryset
-
-
-class CartPreviewForm(forms.Form):
-    """A cart typed by an operator: one line per row, sku,category,quantity,unit_price (category may be empty)."""
-
-    lines = forms.CharField(
-        widget=forms.Textarea(attrs={"rows": 8, "cols": 60, "placeholder": "TEA-1,tea,2,120.00\nCUP-9,,1,60.00"}),
-        help_text=_("One line per row: sku,category,quantity,unit_price (category may be left empty); at most 100."))
-
-    def __init__(self, *args: Any, currency: str, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.currency = currency
-
-    def clean(self) -> dict[str, Any]:
-        data = super().clean() or {}
-        rows = [row.strip() for row in data.get("lines", "").splitlines() if row.strip()]
-        if not 1 <= len(rows) <= 100:
-            raise forms.ValidationError(_("Give 1 to 100 lines."))
-        lines = []
-        for number, row in enumerate(rows, 1):
-            parts = [part.strip() for part in row.split(",")]
-            if len(parts) != 4:
-                raise forms.ValidationError(_("Line %(number)s: sku,category,quantity,unit_price (4 fields).")
-                                            % {"number": number})
-            sku, category, quantity, price = parts
-            if not SCOPE_NAME_RE.fullmatch(sku) or (category and not SCOPE_NAME_RE.fullmatch(category)):
-                raise forms.ValidationError(_("Line %(number)s: a sku or category is 1-64 of A-Z a-z 0-9 _ . : / -")
-                                            % {"number": number})
-            try:
-                line = pricing.CartLine(sku=sku, quantity=int(quantity), unit_price=Decimal(price),
-                                        category=category or None)
-                lines.append(line)
-                pricing.Cart(currency=self.currency, lines=(line,))
-            except (ValueError, InvalidOperation) as exc:
-                raise forms.ValidationError(_("Line %(number)s: %(error)s") % {"number": number, "error": exc}) from exc
-        data["cart"] = pricing.Cart(currency=self.currency, lines=tuple(lines))
-        return data
 
 
 class RestockForm(forms.Form):
@@ -164,6 +126,7 @@ class CampaignAdmin(CampaignReportMixin):
     actions = ["publish", "pause", "resume", "extend_end", "extend_validity", "restock", "reconcile_now",
                generate_unique_codes, import_unique_codes]  # coupons.admin (unique codes)
     change_form_template = "admin/campaigns/campaign/change_form.html"
+    form = CampaignForm  # tiers as rows (admin_rules)
     fieldsets = [
         (None, {"fields": ["name", "kind", "code", "starts_at", "ends_at", "total_stock", "per_user_limit",
                            "rate_limit", "buckets", "group", "group_limit", "paused"],
@@ -190,20 +153,14 @@ class CampaignAdmin(CampaignReportMixin):
         return [preview, *super().get_urls()]
 
     def preview_view(self, request: HttpRequest, object_id: str) -> TemplateResponse:
-        """What the campaign's rule gives a cart pasted as lines of sku,category,quantity,unit_price: its status,
-        discount and each line's share, as POST /carts/validate prices it (campaigns.pricing.validate_cart)."""
+        """What the campaign's rule gives a cart pasted as lines of sku,category,quantity,unit_price (or an amount)
+        and its shipping: its status, discount and each line's share, as POST /carts/validate prices it
+        (campaigns.pricing.validate_cart), and a tiers rule's tier reached (admin_rules.preview)."""
         campaign = self.get_object(request, object_id)
         if campaign is None or not self.has_view_permission(request, campaign):
             raise Http404
         form = CartPreviewForm(request.POST or None, currency=campaign.currency)
-        result = None
-        if form.is_valid():
-            cart = form.cleaned_data["cart"]
-            validation = pricing.validate_cart(cart, [campaign.candidate("preview")])
-            coupon = validation.coupons[0]
-            shares = {share.index: share.discount for share in coupon.lines}
-            result = {"coupon": coupon, "amount": cart.amount, "payable": cart.amount - coupon.discount,
-                      "lines": [(line, shares.get(index)) for index, line in enumerate(cart.lines)]}
+        result = preview(campaign, form.cleaned_data["cart"]) if form.is_valid() else None
         context = {**self.admin_site.each_context(request), "opts": self.model._meta, "original": campaign,
                    "title": gettext("Preview %(campaign)s on a cart") % {"campaign": campaign}, "form": form,
                    "result": result, "rule": campaign.coupon_rule()}

@@ -152,3 +152,15 @@ def rule_of_options(*, discount: str | None, min_spend: str | None, tiers: str |
             raise InvalidRule(gettext("--buy N --get M: both, whole numbers from 1 to %(max)s") % {"max": MAX_ITEMS})
         rule |= {"discount_type": pricing.BUY_GET, "buy_quantity": buy, "get_quantity": get}
     return rule
+
+
+def tier_progress(tiers: tuple[pricing.Tier, ...], amount: Decimal) -> tuple[int | None, Decimal | None]:
+    """Where `amount` (a cart's eligible amount) stands on a tiers rule's ladder, as the admin's preview and the
+    storefront show it: the position of the highest tier it reaches (None: below the first) and what is left to
+    reach the next tier (None: the last is reached). Tiers go up (pricing.tiers_problem)."""
+    reached = None
+    for index, tier in enumerate(tiers):
+        if amount >= tier.threshold:
+            reached = index
+    following = 0 if reached is None else reached + 1
+    return reached, (tiers[following].threshold - amount if following < len(tiers) else None)

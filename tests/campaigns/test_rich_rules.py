@@ -133,18 +133,29 @@ def test_the_database_refuses_a_rich_rule_that_skipped_clean(fields: dict[str, A
         Campaign.objects.filter(pk=campaign.pk).update(**fields)
 
 
+def tier_rows(*rows: tuple[str, str], percent: tuple[int, ...] = ()) -> dict[str, str]:
+    """The admin form's tiers rows (campaigns.admin_rules.TiersWidget): threshold and off, a percent box."""
+    form = {}
+    for index, (threshold, off) in enumerate(rows):
+        form |= {f"tiers_threshold_{index}": threshold, f"tiers_off_{index}": off}
+        if index in percent:
+            form[f"tiers_percent_{index}"] = "on"
+    return form
+
+
 def test_the_admin_creates_rich_rules_and_answers_their_errors_on_the_form(admin_client) -> None:
     now = timezone.localtime()
     form = {"name": "Ladder", "kind": "grab", "starts_at_0": now.strftime("%Y-%m-%d"), "starts_at_1": "12:00:00",
             "ends_at_0": now.strftime("%Y-%m-%d"), "ends_at_1": "13:00:00", "total_stock": "5",
             "per_user_limit": "1", "buckets": "1", "discount_type": "tiers", "discount_value": "0",
-            "tiers": '[["100", "10", false], ["200", "25", false]]', "buy_quantity": "", "get_quantity": "",
+            **tier_rows(("100", "10"), ("200", "25")), "buy_quantity": "", "get_quantity": "",
             "min_spend": "0", "currency": "CNY", "valid_days": "7", "audience": "all"}
 
-    down = admin_client.post(ADD, {**form, "tiers": '[["200", "10", false], ["100", "5", false]]'})
-    no_quantities = admin_client.post(ADD, {**form, "name": "B2G1", "discount_type": "buy_get", "tiers": ""})
-    plain = admin_client.post(ADD, {**form, "name": "Plain", "discount_type": "fixed", "discount_value": "5",
-                                    "tiers": ""})
+    no_tiers = dict.fromkeys(tier_rows(("", ""), ("", "")), "")
+    down = admin_client.post(ADD, {**form, **tier_rows(("200", "10"), ("100", "5"))})
+    no_quantities = admin_client.post(ADD, {**form, **no_tiers, "name": "B2G1", "discount_type": "buy_get"})
+    plain = admin_client.post(ADD, {**form, **no_tiers, "name": "Plain", "discount_type": "fixed",
+                                    "discount_value": "5"})
     created = admin_client.post(ADD, form)
 
     assert down.status_code == 200 and "Tiers go up" in down.content.decode()

@@ -23,7 +23,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from .auth import TOKEN_RE, USER_ID_RE
+from .auth import TAGS_RE, TOKEN_RE, USER_ID_RE, tags_of
 from .errors import (
     PROTOCOL_SLUGS,
     ApplicationError,
@@ -43,21 +43,23 @@ from .http import (
     declared_length,
     error_body,
     host_allowed,
+    identity_of,
     json_response,
-    shopper_id,
 )
 from .logs import add_log_fields
 
 log = logging.getLogger(__name__)
 
 class Shopper:
-    """The authenticated storefront shopper of a DRF request (request.user)."""
+    """The authenticated storefront shopper of a DRF request (request.user): the user id, the audience tags the
+    token was signed with (X-Shopper-Tags) and the channels of the storefront whose key signed it."""
 
     is_authenticated = True
     is_anonymous = False
 
-    def __init__(self, user_id: str) -> None:
-        self.user_id = user_id
+    def __init__(self, user_id: str, tags: frozenset[str] = frozenset(), channels: frozenset[str] = frozenset()
+                 ) -> None:
+        self.user_id, self.tags, self.channels = user_id, tags, channels
 
     def __str__(self) -> str:
         return self.user_id
@@ -66,7 +68,10 @@ class Shopper:
 class ShopperTokenAuthentication(BaseAuthentication):
     def authenticate(self, request: Request) -> tuple[Shopper, None]:
         try:
-            return Shopper(shopper_id(request._request)), None
+            meta = request._request.META
+            tags = meta.get("HTTP_X_SHOPPER_TAGS")
+            identity = identity_of(meta.get("HTTP_X_USER_ID"), meta.get("HTTP_X_TOKEN"), tags)
+            return Shopper(identity.user_id, tags_of(tags), identity.channels), None
         except Unauthenticated as exc:
             raise drf_exceptions.AuthenticationFailed(exc.message) from exc
 
@@ -265,6 +270,9 @@ def shopper_header_parameters() -> list[OpenApiParameter]:
         OpenApiParameter("X-Token", pattern_schema(TOKEN_RE), OpenApiParameter.HEADER, required=True,
                          description="[<key id>.]<expires>.<hex HMAC-SHA256(secret, '<user id>.<expires>')>: the "
                                      "default key's secret, or with a key id that storefront key's"),
+        OpenApiParameter("X-Shopper-Tags", pattern_schema(TAGS_RE), OpenApiParameter.HEADER, required=False,
+                         description="The shopper's audience tags (1-10 of a-z 0-9 _ -, comma-separated), signed into "
+                                     "the token: its message is then '<user id>.<expires>.<tags as sent>'"),
     ]
 
 

@@ -180,10 +180,11 @@ class OrderInputSchema(OpenApiSerializerExtension):
         return schema
 
 
-def order_of(data: dict[str, Any]) -> Order:
-    """The Order of OrderInputSerializer's validated data."""
+def order_of(data: dict[str, Any], shopper: Any) -> Order:
+    """The Order of OrderInputSerializer's validated data, for the request's shopper (core.api.Shopper: the audience
+    tags and channels a campaign may ask for)."""
     return Order(order_id=data["order_id"], amount=data["order_amount"], currency=data["currency"],
-                 lines=data["lines"], shipping=data["shipping"])
+                 lines=data["lines"], shipping=data["shipping"], tags=shopper.tags, channels=shopper.channels)
 
 
 def coupon_endpoint(code: str, action: str, user_id: str, ip: str | None = None) -> tuple[str, str]:
@@ -301,7 +302,7 @@ class CouponRedeemApi(CouponUseApi):
     )
     def post(self, request: Request, code: str) -> Response:
         key = idempotency_key(request._request, required=True)
-        order = order_of(self.validated(self.InputSerializer))
+        order = order_of(self.validated(self.InputSerializer), self.request.user)
         return self.use(code, order.order_id, key, order.fingerprint_payload(),
                         lambda canonical: coupon_redeem(user_id=self.user_id, code=canonical, order=order))
 
@@ -341,7 +342,7 @@ class CouponReserveApi(CouponUseApi):
     def post(self, request: Request, code: str) -> Response:
         key = idempotency_key(request._request, required=True)
         data = self.validated(self.InputSerializer)
-        order, hold_seconds = order_of(data), data["hold_seconds"]
+        order, hold_seconds = order_of(data, self.request.user), data["hold_seconds"]
         return self.use(code, order.order_id, key, {**order.fingerprint_payload(), "hold": hold_seconds},
                         lambda canonical: coupon_reserve(user_id=self.user_id, code=canonical, order=order,
                                                          hold_seconds=hold_seconds))
@@ -501,7 +502,9 @@ class CartValidateApi(ShopperApi):
     def post(self, request: Request) -> Response:
         data = self.validated(CartValidateInputSerializer)
         with CodeLookups(self.user_id, self.ip) as lookups:  # the codes given not the shopper's own count first
+            shopper = self.request.user
             answer = cart_validate(user_id=self.user_id, cart=data["cart"], codes=data["codes"],
-                                   before_lookup=lookups.take)
+                                   before_lookup=lookups.take, tags=shopper.tags,  # type: ignore[union-attr]
+                                   channels=shopper.channels)  # type: ignore[union-attr]
             lookups.misses = answer.misses
         return Response(answer.body)

@@ -26,6 +26,7 @@ from .hot_reads import cart_coupons, live_shared_campaigns
 from .models import Coupon, CouponStatus, UniqueCode
 from .outcomes import REFUSALS, UseCode
 from .services import typed_code_form
+from .services.order import admits_shopper
 from .unique_codes import canonical_unique_code
 
 NOT_FOUND = "not_found"  # a typed code that stands for no coupon this shopper could use (as reserve's 404)
@@ -87,13 +88,15 @@ def _used_up_codes(typed: dict[str | None, Campaign], user_id: str) -> dict[str 
 
 
 def cart_validate(*, user_id: str, cart: pricing.Cart, codes: list[str],
-                  before_lookup: Callable[[int], None] = lambda n: None) -> CartAnswer:
+                  before_lookup: Callable[[int], None] = lambda n: None, tags: frozenset[str] = frozenset(),
+                  channels: frozenset[str] = frozenset()) -> CartAnswer:
     """Price, for `cart`, each of the shopper's usable coupons (active, valid now, in the cart's currency) and
     each code given (the shopper's own coupon, a live shared code, a unique code nobody holds yet; else
     not_found), and find the best allowed set. Typed codes answer in the order given, after the shopper's
     coupons (soonest to expire first); a code listed twice answers once. `before_lookup(n)` is told how many
     codes given are not the shopper's own before any is looked up (it may raise: the guard's refusal); the
-    answer's `misses` are those of them that stood for nothing."""
+    answer's `misses` are those of them that stood for nothing. `tags` and `channels`: the shopper's (a campaign
+    asking for tags or channels the shopper lacks answers not_eligible)."""
     now = timezone.now()
     typed = {text: typed_code_form(text) for text in codes}
     wanted = sorted({code for code in typed.values() if code is not None})
@@ -151,6 +154,11 @@ def cart_validate(*, user_id: str, cart: pricing.Cart, codes: list[str],
         not_eligible = REFUSALS[UseCode.NOT_ELIGIBLE][0]
         entries = [(code, not_eligible if isinstance(found, Campaign) and found.audience == Audience.NEW else found)
                    for code, found in entries]
+
+    if any(isinstance(found, Campaign) and (found.audience_tags or found.channels) for _, found in entries):
+        not_eligible = REFUSALS[UseCode.NOT_ELIGIBLE][0]  # the shopper's tags and storefront channels (the token's)
+        entries = [(code, not_eligible if isinstance(found, Campaign) and not admits_shopper(found, tags, channels)
+                    else found) for code, found in entries]
 
     candidates = [found.candidate(code) for code, found in entries if isinstance(found, Campaign)]
     validation = pricing.validate_cart(cart, candidates, budget=pricing.VALIDATE_SEARCH_BUDGET)

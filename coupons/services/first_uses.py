@@ -149,8 +149,8 @@ def _first_shared_use(campaign: Campaign, code: str, user_id: str, order: Order,
     coupon of that code, another coupon on the order, a use of the code for it already, a refusal of the
     checks, its locks held by another request, a campaign not live in Redis): _shared_use decides. A caller
     inside a transaction writes its use alone, in it."""
-    if campaign.audience == Audience.NEW:
-        return None  # its check reads the shopper's other coupons under a lock of its own: _shared_use
+    if campaign.audience == Audience.NEW or campaign.audience_tags or campaign.channels:
+        return None  # its checks read the shopper's other coupons under a lock of its own, or whom it admits
     if campaign.budget is not None:
         return None  # its discount is taken from the budget before its coupon is written: _shared_use
     plan, answer = first_use

@@ -11,7 +11,7 @@ from decimal import Decimal
 from typing import Any
 
 from campaigns import pricing
-from campaigns.models import Audience
+from campaigns.models import Audience, Campaign
 from core.errors import BUSINESS_CODES, ApplicationError
 from core.locks import AdvisoryLock, xact_lock
 
@@ -36,6 +36,10 @@ class Order:
     currency: str
     lines: tuple[pricing.CartLine, ...] | None = None
     shipping: Decimal = Decimal(0)
+    # The shopper's audience tags (signed into the token) and storefront channels: whom a campaign with audience
+    # tags or channels admits (admits_shopper). Not the order's: never in its fingerprint.
+    tags: frozenset[str] = frozenset()
+    channels: frozenset[str] = frozenset()
 
     def cart(self) -> pricing.Cart:
         if self.lines is None:
@@ -161,6 +165,8 @@ def _use_checked(coupon: Coupon, order: Order, user_id: str, now: datetime, othe
     priced, payable = _price_on_order(coupon, order, user_id, now, others)
     if not priced.applicable:
         return refused(_PRICING_REFUSALS[priced.status])
+    if not admits_shopper(campaign, order.tags, order.channels):
+        return refused(UseCode.NOT_ELIGIBLE)
     if campaign.audience == Audience.NEW:
         # "Never redeemed here" is a fact about all the shopper's coupons: serialize the shopper's uses of
         # new-shopper coupons (until this transaction ends), so two at once can't both count as the first.
@@ -170,6 +176,13 @@ def _use_checked(coupon: Coupon, order: Order, user_id: str, now: datetime, othe
         ).exists():
             return refused(UseCode.NOT_ELIGIBLE)
     return priced, payable
+
+
+def admits_shopper(campaign: Campaign, tags: frozenset[str], channels: frozenset[str]) -> bool:
+    """Whether a shopper of these tags and storefront channels may use the campaign's coupons: one of each list the
+    campaign has (claim.lua checks the same at the claim)."""
+    return ((not campaign.audience_tags or not tags.isdisjoint(campaign.audience_tags))
+            and (not campaign.channels or not channels.isdisjoint(campaign.channels)))
 
 
 def _same_use(coupon: Coupon, order: Order) -> bool:

@@ -10,9 +10,9 @@ from decimal import Decimal as D
 import pytest
 from django.utils import timezone
 
+from core.auth import mint_token
 from coupons.models import Coupon, CouponStatus
 from coupons.services import Order, coupon_redeem
-from core.auth import mint_token
 
 pytestmark = pytest.mark.django_db
 

@@ -79,13 +79,18 @@ class BodyLimits:
     def __init__(self, default: int, routes: Iterable[tuple[str, int]] = ()) -> None:
         self.default = default
         self.routes = [(re.compile(pattern), limit) for pattern, limit in routes]
-        self.largest = max([default, *(limit for _, limit in self.routes)])
+        self.known: dict[str, int] = {}  # a path -> its route's limit (-1: none): the next claim's path is the last's
 
     def __call__(self, path: str, default: int | None = None) -> int:
         """The limit of `path` (as Request.path holds it): its route's, else `default` (None: self.default)."""
-        for pattern, limit in self.routes:
-            if pattern.fullmatch(path) is not None:
-                return limit
+        limit = self.known.get(path)
+        if limit is None:
+            limit = next((limit for pattern, limit in self.routes if pattern.fullmatch(path) is not None), -1)
+            if len(self.known) >= 1024:  # paths a client made up: remember a bounded number
+                self.known.clear()
+            self.known[path] = limit
+        if limit >= 0:
+            return limit
         return self.default if default is None else default
 
 

@@ -56,6 +56,10 @@ def test_the_table_gives_each_route_its_limit() -> None:
                   f"/{settings.ADMIN_URL}coupons/codebatch/campaign/12/import/", "/x" + upload, upload + "x"):
         assert limits(other) == OTHER_LIMIT == 64 * 1024, other
     assert limits("/api/v1/carts/validate", 100) == 100  # a layer's own default for the rest
+    assert limits("/api/v1/campaigns/12/grants", 100) == GRANTS_LIMIT  # remembered, the same answer
+    for n in range(3000):  # paths a client makes up are remembered in a bounded number
+        assert limits(f"/api/v1/campaigns/{n}/grants") == GRANTS_LIMIT and limits(f"/made-up/{n}") == OTHER_LIMIT
+    assert len(limits.known) <= 1024
 
 
 def test_an_application_without_a_table_has_one_limit_for_every_path() -> None:

@@ -16,6 +16,7 @@
   };
   function fmt(text, values) { return interpolate(text, values, true); }
   var LANG = document.documentElement.lang || undefined; // dates and money as the page's language writes them
+  var RULES = window.couponrushRules || { dealText: function () { return null; }, progress: function () { return null; } };
 
   var API = "/api/v1";
   var TOKEN_URL = "/dev/demo-shopper";
@@ -290,6 +291,8 @@
   }
 
   function dealText(item) {
+    var rich = RULES.dealText(item, money); // tiers, free shipping, buy N get M (rules.js)
+    if (rich !== null) return rich;
     var min = parseFloat(item.min_spend) > 0
       ? fmt(gettext(" on orders of %(amount)s or more"), { amount: money(item.min_spend, item.currency) }) : "";
     if (item.discount_type === "percent") {
@@ -325,6 +328,7 @@
       name: el("h3", { "data-testid": "campaign-name" }),
       state: el("span", { "data-testid": "campaign-state", className: "badge" }),
       deal: el("p", { "data-testid": "campaign-deal", className: "deal" }),
+      tiers: el("p", { "data-testid": "tier-progress", className: "tiers" }),
       remaining: el("strong", { "data-testid": "remaining" }),
       total: el("span", { "data-testid": "total-stock" }),
       bar: el("span", { className: "fill" }),
@@ -339,7 +343,7 @@
     var root = el("article", { className: "card", id: "campaign-" + c.id, "data-testid": "campaign",
       "data-campaign-id": String(c.id) },
       el("div", { className: "card-head" }, els.name, els.state),
-      els.deal, stock, el("div", { className: "bar" }, els.bar), els.countdown, els.window, els.grab, els.result);
+      els.deal, els.tiers, stock, el("div", { className: "bar" }, els.bar), els.countdown, els.window, els.grab, els.result);
     els.grab.addEventListener("click", function () { grab(c.id, els); });
     return { root: root, els: els };
   }
@@ -370,6 +374,10 @@
     els.state.textContent = STATE_WORDS[state] || state;
     els.state.className = "badge " + state;
     els.deal.textContent = dealText(c) + " · " + fmt(gettext("%(limit)s per shopper"), { limit: c.per_user_limit });
+    var ladder = RULES.progress(c, cartTotal(), money); // a tiers rule: the tier the cart reaches, what is left
+    els.tiers.textContent = ladder ? ladder.text : "";
+    els.tiers.hidden = !ladder;
+    if (ladder) els.tiers.dataset.left = ladder.left || "";
     els.remaining.textContent = c.remaining === null ? "?" : String(c.remaining);
     els.total.textContent = String(c.total_stock);
     var share = c.remaining === null || !c.total_stock ? 0 : Math.min(1, c.remaining / c.total_stock);
@@ -651,11 +659,18 @@
         line.quantity = Math.max(1, parseInt(quantity.value, 10) || 1);
         cartBest = null;
         $("cart-pay").disabled = true;
+        renderCampaigns(); // a tiers campaign's progress follows the cart
       });
       body.appendChild(el("tr", { "data-testid": "cart-line", id: "cart-line-" + index },
         el("td", {}, el("code", { text: line.sku })), el("td", { text: line.category }),
         el("td", {}, quantity), el("td", { text: money(line.unit_price, "CNY") })));
     });
+  }
+
+  function cartTotal() { // the cart's amount, as decimal text (whole hundredths: no float drift)
+    return (CART.reduce(function (sum, l) {
+      return sum + l.quantity * Math.round(parseFloat(l.unit_price) * 100);
+    }, 0) / 100).toFixed(2);
   }
 
   function cartLines() {

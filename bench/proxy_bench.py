@@ -58,9 +58,11 @@ def nginx_conf(folder: Path, https_port: int, http_port: int, upstream: int) -> 
                PROXY_UPSTREAM=f"127.0.0.1:{upstream}", PROXY_TLS_CERTIFICATE=str(cert),
                PROXY_TLS_CERTIFICATE_KEY=str(key), PROXY_PID_FILE=str(folder / "nginx.pid"),
                PROXY_TEMP_DIR=str(folder), **OUT_OF_THE_WAY)
-    env["PROXY_PRIVATE_ALLOW_RULES"] = subprocess.run(
-        ["sh", "-c", f'. "{ALLOW_SCRIPT}" && printf %s "$PROXY_PRIVATE_ALLOW_RULES"'], check=True,
-        capture_output=True, text=True, env={"PATH": os.environ["PATH"], **env}).stdout
+    derived = ("PROXY_PRIVATE_ALLOW_RULES", "PROXY_ADMIN_LOCATION", "PROXY_GRANT_UPLOAD_MAX_BODY")  # the script's
+    values = subprocess.run(
+        ["sh", "-c", f'. "{ALLOW_SCRIPT}" && printf "%s\\0" ' + " ".join(f'"${name}"' for name in derived)],
+        check=True, capture_output=True, text=True, env={"PATH": os.environ["PATH"], **env}).stdout.split("\0")
+    env.update(zip(derived, values, strict=False))
     text = re.sub(r"\$(?:\{(\w+)\}|(\w+))", lambda m: env.get(m.group(1) or m.group(2), m.group(0)),
                   TEMPLATE.read_text())  # envsubst of the PROXY_ names, as the image's entry point does
     conf = folder / "nginx.conf"

@@ -59,7 +59,8 @@ def test_the_report_of_a_driven_campaign_has_exactly_the_expected_counts(live_ca
 
     totals = report.as_json()["totals"]
     assert totals == {"claims": 10, "issued": 10, "reserved": 2, "redeemed": 4, "released": 2, "expired": 2,
-                      "revoked": 1, "discount": "150.00", "redeemed_net": 3, "redemption_rate": "0.3000"}
+                      "revoked": 1, "discount": "150.00", "redeemed_net": 3, "redemption_rate": "0.3000",
+                      "discount_by_rule": {"fixed": "150.00"}}
     today = timezone.localdate()
     assert [d.day for d in report.days] == [today]
     # The figures agree with verify_campaign and with the coupons as they are.
@@ -82,10 +83,12 @@ def test_campaign_report_prints_json_and_csv(live_campaign, capsys) -> None:
 
     assert printed["totals"]["redeemed"] == 4 and printed["time_zone"] == "Asia/Shanghai"
     assert rows[0] == ["day", "claims", "issued", "reserved", "redeemed", "released", "expired", "revoked",
-                       "discount", "redeemed_net", "redemption_rate"]
-    assert rows[1] == [timezone.localdate().isoformat(), "10", "10", "2", "4", "2", "2", "1", "150.00", "", ""]
+                       "discount", "rule", "redeemed_net", "redemption_rate"]
+    assert rows[1] == [timezone.localdate().isoformat(), "10", "10", "2", "4", "2", "2", "1", "150.00", "fixed",
+                       "", ""]
     assert rows[-1][0] == "total" and rows[-1][1:-2] == rows[1][1:-2]
     assert rows[-1][-2:] == [str(printed["totals"]["redeemed_net"]), printed["totals"]["redemption_rate"]]
+    assert printed["rule"] == "fixed" and printed["totals"]["discount_by_rule"] == {"fixed": "150.00"}
 
 
 def test_days_are_the_operators_days(live_campaign, settings) -> None:

@@ -47,7 +47,7 @@ from . import ledger
 from .cancel import claim_cancel
 from .claim import claim_in_redis, claim_in_redis_async, known_sold_out
 from .claim_status import WAIT_MAX_SECONDS, claim_status, status_request_of
-from .metrics import CLAIM_TALLY
+from .metrics import CLAIM_TALLY, DEFAULT_STOREFRONT, UNKNOWN_STOREFRONT
 from .models import ClaimStatus
 
 log = logging.getLogger(__name__)
@@ -97,18 +97,22 @@ def claim_decided_or_flow(campaign_id_text: str, user_id: str | None, token: str
     None): the checked claim, its flow, or the answer when it is decided already (a refusal, or this process's
     sold-out flag: nothing to trace, nothing logs). The one place a claim asks known_sold_out(): the second half
     (claim_in_redis, its async twin) goes to Redis. CampaignClaimApi documents what it reads."""
+    label = UNKNOWN_STOREFRONT  # refused before its token was found valid: signed by no storefront known
     try:
         shopper = identity_of(user_id, token, tags)
+        storefront = "" if shopper.storefront_id is None else str(shopper.storefront_id)
+        label = storefront or DEFAULT_STOREFRONT
         campaign = parse_id(campaign_id_text)
         idempotency_key = idempotency_key_in(key)
         json_object_in(content_length, transfer_encoding, content_type, read_body)
     except ApplicationError as exc:
-        return _refused(exc, None, started)
+        return _refused(exc, None, started, label)
     known = known_sold_out(campaign, idempotency_key)
     if known is not None:
-        return claim_answered(known, started)
+        return claim_answered(known, started, label)
     ip = client_address(peer_address, forwarded_for) if hot().ip_per_second else None  # only when it is limited
-    return ClaimFlow(campaign, shopper.user_id, idempotency_key, ip, claim_audience(tags, shopper.channels))
+    return ClaimFlow(campaign, shopper.user_id, idempotency_key, ip, claim_audience(tags, shopper.channels),
+                     storefront)
 
 
 class _Claiming:
@@ -136,11 +140,11 @@ class _Claiming:
 
     def answered(self, outcome: ClaimOutcome) -> ClaimOutcome:
         self.traced.set(outcome=outcome.status, claim_id=outcome.claim_id)
-        return claim_answered(outcome, self.started)
+        return claim_answered(outcome, self.started, self.flow.storefront or DEFAULT_STOREFRONT)
 
     def refused(self, exc: ApplicationError) -> ApplicationError:
         self.traced.set(outcome=exc.status)
-        return _refused(exc, self.flow.campaign_id, self.started)
+        return _refused(exc, self.flow.campaign_id, self.started, self.flow.storefront or DEFAULT_STOREFRONT)
 
     def store_failure(self, exc: Exception) -> ApplicationError:
         """A store's failure (PostgreSQL down or hung past the claim's bound, Redis down) as the contract's 503,
@@ -153,20 +157,20 @@ class _Claiming:
         return error
 
 
-def _count(campaign: str, outcome: str, started: float) -> None:
-    CLAIM_TALLY.add(campaign, outcome, time.perf_counter() - started)
+def _count(campaign: str, outcome: str, started: float, storefront: str) -> None:
+    CLAIM_TALLY.add(campaign, outcome, time.perf_counter() - started, storefront)
 
 
-def _refused(exc: ApplicationError, campaign: int | None, started: float) -> ApplicationError:
+def _refused(exc: ApplicationError, campaign: int | None, started: float, storefront: str) -> ApplicationError:
     # Label only campaigns that exist (an unknown id is "-"), so a storm of junk ids adds no series.
     known = campaign if campaign is not None and exc.http_status != 404 else "-"
-    _count(str(known), exc.status, started)
+    _count(str(known), exc.status, started, storefront)
     return exc
 
 
-def claim_answered(outcome: ClaimOutcome, started: float) -> ClaimOutcome:
-    """A decided claim's outcome, counted (its status and its time since `started`)."""
-    _count(str(outcome.campaign_id), outcome.status, started)
+def claim_answered(outcome: ClaimOutcome, started: float, storefront: str) -> ClaimOutcome:
+    """A decided claim's outcome, counted (its status, its time since `started`, the storefront's label)."""
+    _count(str(outcome.campaign_id), outcome.status, started, storefront)
     return outcome
 
 

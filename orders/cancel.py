@@ -13,6 +13,7 @@ from core.errors import SLUGS, NotFound, Unavailable
 from coupons.models import Coupon, CouponStatus
 from coupons.outcomes import UseCode, UseOutcome, done, refused
 from coupons.services import coupon_revoke
+from storefronts.models import Storefront
 
 from . import ledger
 from .models import Claim, ClaimStatus
@@ -34,13 +35,17 @@ def _restock(claim: Claim) -> None:
 
 
 def persist_cancelled_entry(entry: ledger.LedgerEntry) -> bool:
-    """Persist a still-pending claim directly as cancelled; False if the drain persisted it first."""
+    """Persist a still-pending claim directly as cancelled (with its storefront, as the drain would: one no longer
+    there is none); False if the drain persisted it first."""
+    storefront = int(entry.storefront) if ledger.STOREFRONT_ID_RE.fullmatch(entry.storefront) else None
     with connection.cursor() as cursor:
         cursor.execute(
             f"INSERT INTO {Claim._meta.db_table} (claim_id, campaign_id, user_id, status, key_digest, claimed_at, "
-            "created_at, updated_at) VALUES (%s, %s, %s, %s, %s, %s, now(), now()) ON CONFLICT (claim_id) DO NOTHING",
+            f"storefront_id, created_at, updated_at) VALUES (%s, %s, %s, %s, %s, %s, "
+            f"(SELECT id FROM {Storefront._meta.db_table} WHERE id = %s), now(), now()) "
+            "ON CONFLICT (claim_id) DO NOTHING",
             [entry.claim_id, entry.campaign_id, entry.user_id, ClaimStatus.CANCELLED, entry.key_digest,
-             entry.claimed_at],
+             entry.claimed_at, storefront],
         )
         return cursor.rowcount == 1
 

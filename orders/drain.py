@@ -26,6 +26,7 @@ from core.tracing import span
 from coupons.codes import new_codes
 from coupons.events_out import bulk_ctes
 from coupons.models import Coupon, CouponEvent, CouponEventType, CouponStatus
+from storefronts.models import Storefront
 
 from . import ledger, metrics
 from .models import Claim, ClaimStatus, ParkedLedgerEntry
@@ -58,10 +59,12 @@ ISSUED_OUT = bulk_ctes("issued_out", event="issued", source="new_coupons n", ali
 # The batch travels as two JSON parameters that PostgreSQL unpacks: the distinct moments of the batch,
 # [[claimed at, valid from, expires at], ...] (ISO 8601; claims of one millisecond share them: at storm rates a
 # few dozen), and the claims in ledger order, [[claim id, user id, position of its moments from 1, key digest,
-# code], ...]; the moments are parsed once into arrays that each claim indexes. psycopg's per-element
-# adaptation of six arrays cost more than PostgreSQL's whole insert of the claim; three ISO times per claim
-# doubled the JSON's encoding in Python and parsed three timestamptz per claim in PostgreSQL. It returns the ids of
-# the claims it created (their events' claim_id): their settled records need nothing read back (orders/settle.py).
+# code(, storefront id)], ...] (the storefront's only for a storefront's claim: a storefront that is no longer
+# there is none, never a failed batch); the moments are parsed once into arrays that each claim indexes.
+# psycopg's per-element adaptation of six arrays cost more than PostgreSQL's whole insert of the claim; three ISO
+# times per claim doubled the JSON's encoding in Python and parsed three timestamptz per claim in PostgreSQL. It
+# returns the ids of the claims it created (their events' claim_id): their settled records need nothing read back
+# (orders/settle.py).
 _PERSIST_SQL = f"""
 WITH moments AS (
     SELECT array_agg((m->>0)::timestamptz ORDER BY i) AS claimed_at,
@@ -71,12 +74,14 @@ WITH moments AS (
 ), batch AS (
     SELECT r->>0 AS claim_id, r->>1 AS user_id, m.claimed_at[(r->>2)::int] AS claimed_at,
            m.valid_from[(r->>2)::int] AS valid_from, m.expires_at[(r->>2)::int] AS expires_at,
-           r->>3 AS key_digest, r->>4 AS code
+           r->>3 AS key_digest, r->>4 AS code,
+           CASE WHEN r->>5 IS NOT NULL THEN (SELECT s.id FROM {Storefront._meta.db_table} s
+                                             WHERE s.id = (r->>5)::bigint) END AS storefront_id
     FROM moments m, jsonb_array_elements(%s::jsonb) AS r
 ), new_claims AS (
     INSERT INTO {Claim._meta.db_table}
-        (claim_id, campaign_id, user_id, status, key_digest, claimed_at, created_at, updated_at)
-    SELECT claim_id, %s, user_id, %s, key_digest, claimed_at, now(), now() FROM batch
+        (claim_id, campaign_id, user_id, status, key_digest, claimed_at, storefront_id, created_at, updated_at)
+    SELECT claim_id, %s, user_id, %s, key_digest, claimed_at, storefront_id, now(), now() FROM batch
     ON CONFLICT (claim_id) DO NOTHING
     RETURNING claim_id
 ), new_coupons AS (
@@ -113,7 +118,8 @@ def persist_entries(campaign: Campaign, entries: list[ledger.LedgerEntry], creat
             i = index_of_ms[ms] = len(moments) + 1  # a PostgreSQL array's first position
             moments.append((claimed_at.isoformat(), valid_from.isoformat(), expires_at.isoformat()))
             times.append(times_of(valid_from, expires_at))
-        rows.append([e.claim_id, e.user_id, i, e.key_digest, ""])
+        rows.append([e.claim_id, e.user_id, i, e.key_digest, "", e.storefront] if e.storefront
+                    else [e.claim_id, e.user_id, i, e.key_digest, ""])
     moments_json = json.dumps(moments, separators=(",", ":"))
     for attempt in range(3):
         for row, code in zip(rows, new_codes(len(rows)), strict=True):

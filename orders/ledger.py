@@ -43,6 +43,11 @@ class LedgerEntry:
     key_digest: str = ""  # of the shopper's Idempotency-Key, when the claim came with one
     raw: dict[str, str] = field(default_factory=dict, compare=False, repr=False)  # every field, as Redis held it
     bucket: int = 0
+    storefront: str = ""  # the id of the storefront whose key signed the shopper's token (field s), "" for none
+
+    @property
+    def storefront_id(self) -> int | None:
+        return int(self.storefront) if self.storefront else None
 
     @property
     def ref(self) -> str:
@@ -83,11 +88,12 @@ def _entries(campaign_id: int, raw: Any, bucket: int = 0) -> list[LedgerEntry]:
             continue
         text = {_text(k): _text(v) for k, v in fields.items()}
         entries.append(LedgerEntry(campaign_id, _decode(entry_id), text.get("u", ""), text.get("k", ""), text,
-                                   bucket))
+                                   bucket, text.get("s", "")))
     return entries
 
 
 KEY_DIGEST_RE = re.compile(r"[0-9a-f]{32}")
+STOREFRONT_ID_RE = re.compile(r"[1-9][0-9]{0,17}")  # a storefront's id (bigint), as claim.lua writes it
 _LAST_MS = int(datetime(9000, 1, 1, tzinfo=UTC).timestamp() * 1000)  # room for any coupon validity after it
 
 
@@ -98,6 +104,8 @@ def entry_problem(entry: LedgerEntry) -> str | None:
         return f"not a user id: {entry.user_id[:80]!r}" + ("..." if len(entry.user_id) > 80 else "")
     if entry.key_digest and KEY_DIGEST_RE.fullmatch(entry.key_digest) is None:
         return f"not a key digest: {entry.key_digest[:80]!r}"
+    if entry.storefront and STOREFRONT_ID_RE.fullmatch(entry.storefront) is None:
+        return f"not a storefront id: {entry.storefront[:80]!r}"
     if int(entry.entry_id.partition("-")[0]) >= _LAST_MS:
         return f"claim time out of range: {entry.entry_id}"
     return None

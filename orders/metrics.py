@@ -31,7 +31,11 @@ from prometheus_client.registry import Collector
 
 log = logging.getLogger(__name__)
 
-CLAIMS = Counter("couponrush_claims", "Claim answers by campaign and outcome", ["campaign", "outcome"])
+CLAIMS = Counter("couponrush_claims", "Claim answers by campaign, outcome and storefront",
+                 ["campaign", "outcome", "storefront"])
+# The claims counter's storefront label: the id of the storefront whose key signed the shopper's token, or these.
+DEFAULT_STOREFRONT = "default"  # a token of the default key (COUPONS_TOKEN_SECRET)
+UNKNOWN_STOREFRONT = "-"  # refused before the token was found valid (no storefront can be told)
 CLAIM_SECONDS = Histogram(
     "couponrush_claim_seconds", "Time to answer a claim (in the process, from request to answer)",
     buckets=(0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.1, 0.25, 0.5, 1.0),
@@ -66,17 +70,17 @@ class ClaimTally:
         self.counter, self.histogram, self.every = counter, histogram, every
         self.bounds = tuple(histogram._upper_bounds)  # pinned prometheus_client: the buckets' upper bounds
         self.lock = threading.Lock()
-        self.counts: dict[tuple[str, str], int] = {}
+        self.counts: dict[tuple[str, str, str], int] = {}
         self.buckets = [0] * len(self.bounds)
         self.seconds = 0.0
-        self.children: dict[tuple[str, str], Any] = {}
+        self.children: dict[tuple[str, str, str], Any] = {}  # a labelled child per (campaign, outcome, storefront)
         self.flushing = False  # whether this process's flusher thread runs
         os.register_at_fork(after_in_child=self._forked)
 
-    def add(self, campaign: str, outcome: str, seconds: float) -> None:
+    def add(self, campaign: str, outcome: str, seconds: float, storefront: str = DEFAULT_STOREFRONT) -> None:
         if not self.flushing:  # the first claim of this process
             self._start_flusher()
-        key = (campaign, outcome)
+        key = (campaign, outcome, storefront)
         with self.lock:
             counts = self.counts
             counts[key] = counts.get(key, 0) + 1

@@ -6,6 +6,7 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import pgettext_lazy
 
 from campaigns.models import Campaign
+from storefronts.models import Storefront
 
 
 class ClaimStatus(models.TextChoices):
@@ -30,6 +31,11 @@ class Claim(models.Model):
     key_digest = models.CharField(max_length=32, blank=True, default="", db_default="",
         verbose_name=_("key digest"))  # old workers insert without it
     claimed_at = models.DateTimeField(help_text=_("When Redis accepted the claim."), verbose_name=_("claimed at"))
+    # The storefront whose key signed the shopper's token (the ledger entry's field s, claim.lua); none for a
+    # token of the default key and for a grant. PROTECT: the report names the storefronts of its claims.
+    storefront = models.ForeignKey(Storefront, on_delete=models.PROTECT, null=True, blank=True, db_index=False,
+        related_name="claims", verbose_name=_("storefront"),
+        help_text=_("Whose key signed the shopper's token; empty for the default key and for grants."))
     created_at = models.DateTimeField(auto_now_add=True, help_text=_("When the drain persisted it."),
         verbose_name=_("created at"))
     updated_at = models.DateTimeField(auto_now=True, verbose_name=_("updated at"))
@@ -41,6 +47,8 @@ class Claim(models.Model):
         indexes = [
             models.Index(fields=["campaign", "status"], name="claim_campaign_status"),
             models.Index(fields=["campaign", "user_id"], name="claim_campaign_user"),
+            # a storefront's claims (its PROTECT check); the default key's claims, most of them, are not indexed
+            models.Index(fields=["storefront"], name="claim_storefront", condition=models.Q(storefront__isnull=False)),
         ]
 
     def __str__(self) -> str:

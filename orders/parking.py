@@ -38,7 +38,7 @@ def parked_retry(*, parked: ParkedLedgerEntry, actor: str) -> bool:
         fields = {str(k): str(v) for k, v in parked.fields.items()}
         entry_id, bucket = split_ref(parked.entry_id)  # its ledger_ref
         entry = ledger.LedgerEntry(parked.campaign_id, entry_id, fields.get("u", ""), fields.get("k", ""),
-                                   fields, bucket)
+                                   fields, bucket, fields.get("s", ""))
         error = ledger.entry_problem(entry)
         if error is None:
             try:

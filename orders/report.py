@@ -10,7 +10,7 @@ discounts of its held and redeemed coupons) and left. The discount by rule: the 
 discount_type: fixed, percent, tiers, free_shipping, buy_get) and its totals' `discount_by_rule` (the discount
 under each rule of the report's scope, one campaign: its one rule); the CSV's `rule` column, after `discount`,
 names each row's. They agree with verify_campaign: claims == Balance.claims once the ledger is drained,
-issued == Balance.coupons, revoked >= Balance.restocked.
+issued == Balance.coupons, revoked >= Balance.restocked. Claims by storefront: orders/report_storefronts.py.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from coupons.budget import BudgetFigures
 from coupons.budget import figures as budget_figures
 from coupons.models import CouponEvent
 
-from .models import Claim
+from .report_storefronts import CLAIMS_SQL, StorefrontClaims
 
 COUNTS = ("claims", "issued", "reserved", "redeemed", "released", "expired", "revoked")
 COLUMNS = ("day", *COUNTS, "discount")
@@ -59,6 +59,7 @@ class Report:
     currency: str
     time_zone: str
     days: list[Day] = field(default_factory=list)
+    storefronts: StorefrontClaims = field(default_factory=StorefrontClaims)  # claims by storefront (and by day)
     budget: BudgetFigures | None = None  # a budgeted campaign's money: budget, used and left (coupons/budget.py)
     rule: str = ""  # the campaign's rule (discount_type), whose discount this is
 
@@ -85,6 +86,7 @@ class Report:
             "campaign_id": self.campaign_id, "name": self.name, "currency": self.currency,
             "time_zone": self.time_zone,
             "days": [_row(d) for d in self.days],
+            "storefronts": self.storefronts.totals(),
             "totals": {**{k: v for k, v in _row(total).items() if k != "day"}, "redeemed_net": self.redeemed_net,
                        "redemption_rate": str(self.redemption_rate),
                        "discount_by_rule": {self.rule: str(total.discount)}},
@@ -117,21 +119,19 @@ FROM (
 WHERE type = ANY(%(types)s)
 GROUP BY day, type
 """
-_CLAIMS_SQL = f"""
-SELECT (claimed_at AT TIME ZONE %(tz)s)::date, count(*) FROM {Claim._meta.db_table}
-WHERE campaign_id = %(campaign)s GROUP BY 1
-"""
 
 
 def campaign_report(*, campaign: Campaign) -> Report:
     """Build the campaign's report in two queries."""
     tz = settings.TIME_ZONE
     days: dict[date, Day] = {}
+    storefronts = StorefrontClaims()
     params: dict[str, Any] = {"tz": tz, "campaign": campaign.pk, "types": sorted(_TYPES)}
     with connection.cursor() as cursor:
-        cursor.execute(_CLAIMS_SQL, params)
-        for day, n in cursor.fetchall():
-            days.setdefault(day, Day(day)).claims = n
+        cursor.execute(CLAIMS_SQL, params)  # by day and storefront
+        for day, storefront, storefront_name, n in cursor.fetchall():
+            days.setdefault(day, Day(day)).claims += n
+            storefronts.add(day, storefront, storefront_name, n)
         cursor.execute(_EVENTS_SQL, params)
         for day, kind, n, discount, released_discount, redemptions_released in cursor.fetchall():
             row = days.setdefault(day, Day(day))
@@ -142,6 +142,7 @@ def campaign_report(*, campaign: Campaign) -> Report:
     for row in days.values():
         row.discount = row.discount.quantize(Decimal("0.01"))
     return Report(campaign_id=campaign.pk, name=campaign.name, currency=campaign.currency, time_zone=tz,
+                  storefronts=storefronts,
                   days=[days[d] for d in sorted(days)], budget=budget_figures(campaign), rule=campaign.discount_type)
 
 
@@ -152,7 +153,8 @@ RULE_COLUMN = "rule"  # every row's, after discount: the rule it is under (JSON:
 
 def report_csv_lines(report: Report) -> Iterator[str]:
     """The report as CSV, one line at a time (for a streaming answer): a header, a row a day, a total row with
-    redeemed_net and the redemption rate too; each row's rule after its discount (RULE_COLUMN)."""
+    redeemed_net and the redemption rate too; each row's rule after its discount (RULE_COLUMN), then the claims of
+    each storefront ("claims: <name>", report_storefronts.py)."""
     out = io.StringIO()
     writer = csv.writer(out)
 
@@ -164,10 +166,14 @@ def report_csv_lines(report: Report) -> Iterator[str]:
 
     money = report.budget.as_json() if report.budget is not None else None
     totals_only = (*TOTAL_ONLY_COLUMNS, *(BUDGET_COLUMNS if money else ()))
-    yield line([*COLUMNS, RULE_COLUMN, *totals_only])
+    storefronts = report.storefronts.totals()
+    by_storefront = report.storefronts.csv_header(storefronts)
+    yield line([*COLUMNS, RULE_COLUMN, *by_storefront, *totals_only])
     for day in report.days:
         row = _row(day)
-        yield line([*(row[c] for c in COLUMNS), report.rule, *("" for _ in totals_only)])
+        yield line([*(row[c] for c in COLUMNS), report.rule, *report.storefronts.csv_day(day.day, storefronts),
+                    *("" for _ in totals_only)])
     total = _row(report.total())
-    yield line(["total", *[total[c] for c in COLUMNS[1:]], report.rule, report.redeemed_net,
-                str(report.redemption_rate), *([money["budget"], money["used"], money["left"]] if money else [])])
+    yield line(["total", *[total[c] for c in COLUMNS[1:]], report.rule, *(s["claims"] for s in storefronts),
+                report.redeemed_net, str(report.redemption_rate),
+                *([money["budget"], money["used"], money["left"]] if money else [])])

@@ -6,7 +6,7 @@ KEYS[1] meta    hash    starts_ms, ends_ms, paused ("0"/"1"), limit (per-user li
                         drain deletes it (orders.tasks.drain_campaign), so the next claim sends a trigger again
 KEYS[2] stock   string  coupons left
 KEYS[3] users   hash    user id -> coupons this user claimed
-KEYS[4] ledger  stream  claims awaiting the drain into PostgreSQL (field u = user id, k = key digest)
+KEYS[4] ledger  stream  claims awaiting the drain into PostgreSQL (field u = user id, k = key digest, s = storefront)
 KEYS[5] second  hash    this second's claims (redis_state.CampaignKeys.second): the rate counters "c" (the
                         campaign's, always counted), "u:<user id>" and "i:<ip>" (only where there is a limit), and
                         the answers "a:<token>" = "<code>:<ledger id>" of the claims made without an
@@ -48,6 +48,9 @@ ARGV[17] only for a shopper with audience tags or a storefront's channels (ARGV[
          ARGV[16] "" without a group): ",<tag>,<tag>,|,<channel>,": a campaign with audience tags or channels
          (meta's "tags", "channels", load_state.lua) admits a shopper carrying one of each list it has; others get
          15 not_eligible, nothing changed (a grant is the operator's choice of shoppers: never refused so)
+ARGV[18] only for a shopper whose token a storefront's key signed (ARGV[10] to ARGV[17] then always there, ARGV[17]
+         "|" without tags or channels): the storefront's id, written into the ledger entry (field s) and so onto
+         the claim in PostgreSQL (orders/drain.py); the default key's claims pass none and write none
 
 Returns "<code>:<ledger_id>:<flags>" (one string: a table reply costs Redis ~1.3 us more; parsed by
 redis_state.claim_reply)
@@ -189,8 +192,15 @@ else
       call('HINCRBY', held, user, 1)
     end
     call('DECR', KEYS[2])
+    local storefront = ARGV[18]
     if idem and ARGV[10] ~= '' then
-      ledger_id = call('XADD', KEYS[4], '*', 'u', user, 'k', ARGV[10])
+      if storefront then
+        ledger_id = call('XADD', KEYS[4], '*', 'u', user, 'k', ARGV[10], 's', storefront)
+      else
+        ledger_id = call('XADD', KEYS[4], '*', 'u', user, 'k', ARGV[10])
+      end
+    elseif storefront then
+      ledger_id = call('XADD', KEYS[4], '*', 'u', user, 's', storefront)
     else
       ledger_id = call('XADD', KEYS[4], '*', 'u', user)
     end

@@ -80,7 +80,7 @@ class ClaimCall:
     call, prepared again for each run of the script."""
 
     __slots__ = ("campaign_id", "user_id", "idempotency_key", "client_ip", "bucket", "keys", "args", "idem_key",
-                 "answer_field", "deadline_ms", "token", "audience")
+                 "answer_field", "deadline_ms", "token", "audience", "storefront")
     keys: list[str]
     args: list[str | int]
     idem_key: str  # where the answer is left: the Idempotency-Key's string, or the second's hash (own answers)
@@ -88,12 +88,13 @@ class ClaimCall:
     deadline_ms: int
     token: str  # this request's, stored with its answer (only this request may void its claim)
     audience: str  # the shopper's tags and storefront channels as claim.lua reads them (claim_audience), or ""
+    storefront: str  # the id of the storefront whose key signed the shopper's token, "" for the default key's
 
     def __init__(self, campaign_id: int, user_id: str, idempotency_key: str | None, client_ip: str | None,
-                 bucket: int = 0, audience: str = "") -> None:
+                 bucket: int = 0, audience: str = "", storefront: str = "") -> None:
         self.campaign_id, self.user_id = campaign_id, user_id
         self.idempotency_key, self.client_ip = idempotency_key, client_ip
-        self.bucket, self.audience = bucket, audience
+        self.bucket, self.audience, self.storefront = bucket, audience, storefront
 
     learn = True  # what keys.campaign_keys does for a campaign whose group this process does not know
 
@@ -124,20 +125,22 @@ class ClaimCall:
                                  conf.drain_trigger_ttl_ms]
         if idempotency_key is not None:  # with replica acks a repeat is told only once confirmed (claim.lua, void.lua)
             args += [digest, conf.idempotency_ttl_ms, 1 if conf.replica_acks else 0]
-        audience = self.audience
-        if buckets > 1 or grant or keys.group or audience:
+        audience, storefront = self.audience, self.storefront
+        if buckets > 1 or grant or keys.group or audience or storefront:
             if idempotency_key is None:
                 args += ["", 0, 0]
             args += [buckets, "1" if dry else "0"]
-            if grant or keys.group or audience:
+            if grant or keys.group or audience or storefront:
                 args.append("1" if grant else "0")
             if keys.group:  # only a campaign of a group pays for its count (claim.lua's last key, ARGV[16])
                 call_keys.append(keys.group)
                 args.append(keys.group_limit)
-            elif audience:
+            elif audience or storefront:
                 args.append("")
-            if audience:  # only a shopper with tags or a storefront's channels (claim.lua's ARGV[17])
-                args.append(audience)
+            if audience or storefront:  # a shopper with tags or a storefront's channels (claim.lua's ARGV[17])
+                args.append(audience or "|")
+            if storefront:  # only a storefront's shopper: its id into the ledger entry (claim.lua's ARGV[18])
+                args.append(storefront)
         self.keys, self.args = call_keys, args
         return self
 
@@ -192,9 +195,10 @@ class ClaimFlow(ClaimCall):
     learn = False  # never waits for a lookup (on an event loop too): claim.lua's -6 tells a grouped campaign
 
     def __init__(self, campaign_id: int, user_id: str, idempotency_key: str | None, client_ip: str | None,
-                 audience: str = "") -> None:
+                 audience: str = "", storefront: str = "") -> None:
         self.campaign_id, self.user_id = campaign_id, user_id
         self.idempotency_key, self.client_ip, self.audience = idempotency_key, client_ip, audience
+        self.storefront = storefront
         self.buckets = buckets = known_buckets.get(campaign_id, 1)
         self.bucket = bucket_of(user_id, buckets)  # the shopper's own
         self.donors: list[int] | None = None
@@ -205,7 +209,8 @@ class ClaimFlow(ClaimCall):
 
     def again(self) -> ClaimFlow:
         """A new flow of the same claim (the script again after its campaign was loaded into Redis)."""
-        return ClaimFlow(self.campaign_id, self.user_id, self.idempotency_key, self.client_ip, self.audience)
+        return ClaimFlow(self.campaign_id, self.user_id, self.idempotency_key, self.client_ip, self.audience,
+                         self.storefront)
 
     def call(self, now_ms: int) -> ClaimFlow:
         self.prepare(now_ms, self.buckets, self.buckets > 1 and not self.final)

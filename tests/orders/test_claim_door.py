@@ -121,7 +121,8 @@ def sold_out(door, live_campaign: Any) -> Any:
 
 def counted(campaign_id: int, outcome: str = "sold_out") -> float:
     CLAIM_TALLY.flush()
-    return REGISTRY.get_sample_value("couponrush_claims_total", {"campaign": str(campaign_id), "outcome": outcome}
+    return REGISTRY.get_sample_value("couponrush_claims_total", {"campaign": str(campaign_id), "outcome": outcome,
+                                                               "storefront": "default"}
                                      ) or 0.0
 
 

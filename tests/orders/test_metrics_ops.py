@@ -156,23 +156,25 @@ def test_claims_refused_by_a_rate_limit_or_a_lost_redis_state_are_counted_as_rat
 ) -> None:
     campaign = live_campaign(total_stock=20, per_user_limit=20)  # room for a run again
     label = str(campaign.pk)
-    unavailable = value("couponrush_claims_total", campaign=label, outcome="unavailable")
+    unavailable = value("couponrush_claims_total", campaign=label, outcome="unavailable", storefront="default")
 
     limited, answers = in_one_second(lambda _: (  # a retried run's own 429s are not this run's
-        value("couponrush_claims_total", campaign=label, outcome="rate_limited"),
+        value("couponrush_claims_total", campaign=label, outcome="rate_limited", storefront="default"),
         [claim_over_http(client, campaign.pk, "ann").status_code for _ in range(3)]))
     redis_client().flushdb()  # Redis lost the campaign's state: 503 until it is rebuilt
     lost = claim_over_http(client, campaign.pk, "bob")
 
     assert answers == [200, 429, 429] and lost.status_code == 503
-    assert value("couponrush_claims_total", campaign=label, outcome="rate_limited") == limited + 2
-    assert value("couponrush_claims_total", campaign=label, outcome="unavailable") == unavailable + 1
+    assert value("couponrush_claims_total", campaign=label, outcome="rate_limited", storefront="default") \
+        == limited + 2
+    assert value("couponrush_claims_total", campaign=label, outcome="unavailable", storefront="default") \
+        == unavailable + 1
 
 
 def test_the_claim_tally_hands_every_count_from_many_threads_to_prometheus_within_its_period() -> None:
     registry = CollectorRegistry()
     bounds = (0.001, 0.005, 0.01)
-    counter = Counter("t_claims", "", ["campaign", "outcome"], registry=registry)
+    counter = Counter("t_claims", "", ["campaign", "outcome", "storefront"], registry=registry)
     tallied = Histogram("t_seconds", "", buckets=bounds, registry=registry)
     observed = Histogram("t_reference", "", buckets=bounds, registry=registry)  # observe(), one by one
     tally = ClaimTally(counter, tallied, every=0.05)
@@ -195,17 +197,20 @@ def test_the_claim_tally_hands_every_count_from_many_threads_to_prometheus_withi
     def sample(name: str, **labels: str) -> float:
         return registry.get_sample_value(name, labels) or 0.0
 
-    assert sample("t_claims_total", campaign="7", outcome="claimed") == 4000
-    assert sample("t_claims_total", campaign="7", outcome="sold_out") == 4000
+    assert sample("t_claims_total", campaign="7", outcome="claimed", storefront="default") == 4000
+    assert sample("t_claims_total", campaign="7", outcome="sold_out", storefront="default") == 4000
     for le in ("0.001", "0.005", "0.01", "+Inf"):
         assert sample("t_seconds_bucket", le=le) == sample("t_reference_bucket", le=le)
     assert sample("t_seconds_bucket", le="0.001") == 3000 and sample("t_seconds_count") == 8000
     assert sample("t_seconds_sum") == pytest.approx(sum(samples) * 1000)
 
 
+CLAIMED_7 = {"campaign": "7", "outcome": "claimed", "storefront": "default"}
+
+
 def test_a_forked_child_hands_over_only_its_own_claims_and_counts_with_a_thread_of_its_own() -> None:
     registry = CollectorRegistry()
-    counter = Counter("f_claims", "", ["campaign", "outcome"], registry=registry)
+    counter = Counter("f_claims", "", ["campaign", "outcome", "storefront"], registry=registry)
     tally = ClaimTally(counter, Histogram("f_seconds", "", registry=registry), every=0.05)
     for _ in range(3):
         tally.add("7", "claimed", 0.001)  # the parent's, not handed over yet
@@ -216,8 +221,7 @@ def test_a_forked_child_hands_over_only_its_own_claims_and_counts_with_a_thread_
         try:
             tally.add("7", "claimed", 0.001)
             time.sleep(0.3)  # no flush(): the child's own thread hands it over
-            os.write(write, str(registry.get_sample_value("f_claims_total", {"campaign": "7", "outcome": "claimed"}))
-                     .encode())
+            os.write(write, str(registry.get_sample_value("f_claims_total", CLAIMED_7)).encode())
         finally:
             os._exit(0)
     os.close(write)
@@ -225,7 +229,7 @@ def test_a_forked_child_hands_over_only_its_own_claims_and_counts_with_a_thread_
     os.waitpid(child, 0)
     tally.flush()
     assert reported == "1.0"
-    assert registry.get_sample_value("f_claims_total", {"campaign": "7", "outcome": "claimed"}) == 3
+    assert registry.get_sample_value("f_claims_total", CLAIMED_7) == 3
 
 
 # --- scrape-time figures ---------------------------------------------------------------------------------------

@@ -313,9 +313,9 @@ def test_claims_are_counted_by_campaign_and_outcome_in_metrics(client, live_camp
 
     text = client.get("/metrics").content.decode()
 
-    assert f'couponrush_claims_total{{campaign="{campaign.pk}",outcome="claimed"}}' in text
-    assert f'couponrush_claims_total{{campaign="{campaign.pk}",outcome="sold_out"}}' in text
-    assert 'couponrush_claims_total{campaign="-",outcome="not_found"}' in text
+    assert f'couponrush_claims_total{{campaign="{campaign.pk}",outcome="claimed",storefront="default"}}' in text
+    assert f'couponrush_claims_total{{campaign="{campaign.pk}",outcome="sold_out",storefront="default"}}' in text
+    assert 'couponrush_claims_total{campaign="-",outcome="not_found",storefront="default"}' in text
     assert "couponrush_claim_seconds_bucket" in text
 
 

@@ -83,11 +83,12 @@ def test_campaign_report_prints_json_and_csv(live_campaign, capsys) -> None:
 
     assert printed["totals"]["redeemed"] == 4 and printed["time_zone"] == "Asia/Shanghai"
     assert rows[0] == ["day", "claims", "issued", "reserved", "redeemed", "released", "expired", "revoked",
-                       "discount", "rule", "redeemed_net", "redemption_rate"]
+                       "discount", "rule", "claims: default key", "redeemed_net", "redemption_rate"]
     assert rows[1] == [timezone.localdate().isoformat(), "10", "10", "2", "4", "2", "2", "1", "150.00", "fixed",
-                       "", ""]
+                       "10", "", ""]
     assert rows[-1][0] == "total" and rows[-1][1:-2] == rows[1][1:-2]
     assert rows[-1][-2:] == [str(printed["totals"]["redeemed_net"]), printed["totals"]["redemption_rate"]]
+    assert printed["storefronts"] == [{"storefront_id": None, "name": "default key", "claims": 10}]
     assert printed["rule"] == "fixed" and printed["totals"]["discount_by_rule"] == {"fixed": "150.00"}
 
 

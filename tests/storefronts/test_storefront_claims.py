@@ -146,3 +146,18 @@ def test_metrics_label_claims_with_their_storefront(client: Client, live_campaig
     assert f'couponrush_claims_total{{campaign="{campaign.pk}",outcome="claimed",storefront="{web.pk}"}} 1.0' in text
     assert f'couponrush_claims_total{{campaign="{campaign.pk}",outcome="sold_out",storefront="default"}} 1.0' in text
     assert 'couponrush_claims_total{campaign="-",outcome="unauthenticated",storefront="-"}' in text
+
+
+def test_the_admins_report_page_shows_claims_by_storefront(client: Client, admin_client: Client,
+                                                           live_campaign) -> None:
+    web, key = storefront_add(name="Web shop")
+    campaign = live_campaign(total_stock=5)
+    claim(client, campaign.pk, "alice", signed(key.secret, "alice", key_id=key.key_id))
+    claim(client, campaign.pk, "bob", mint_token("bob"))
+    drain_campaign(campaign_id=campaign.pk)
+    page = admin_client.get(f"/admin/campaigns/campaign/{campaign.pk}/report/").content.decode()
+    table = page[page.index('id="report-storefronts"'):]
+    assert "<td>Web shop</td><td>1</td>" in table and "<td>default key</td><td>1</td>" in table
+    csv_text = b"".join(admin_client.get(f"/admin/campaigns/campaign/{campaign.pk}/report.csv").streaming_content)
+    header = csv_text.decode().splitlines()[0].split(",")
+    assert header[header.index("rule") + 1:header.index("rule") + 3] == ["claims: Web shop", "claims: default key"]

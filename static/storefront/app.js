@@ -14,7 +14,8 @@
   var interpolate = window.interpolate || function (text, values) {
     return text.replace(/%\((\w+)\)s/g, function (all, name) { return String(values[name]); });
   };
-  function fmt(text, values) { return interpolate(text, values, true); }
+  // Named values, then "%%" as "%" (Django's interpolate leaves it: "10%% off" would show both signs).
+  function fmt(text, values) { return interpolate(text, values, true).replace(/%%/g, "%"); }
   var LANG = document.documentElement.lang || undefined; // dates and money as the page's language writes them
   var RULES = window.couponrushRules || { dealText: function () { return null; }, progress: function () { return null; } };
 

@@ -10,7 +10,8 @@
   var interpolate = window.interpolate || function (text, values) {
     return text.replace(/%\((\w+)\)s/g, function (all, name) { return String(values[name]); });
   };
-  function fmt(text, values) { return interpolate(text, values, true); }
+  // Named values, then "%%" as "%" (Django's interpolate leaves it: "10%% off" would show both signs).
+  function fmt(text, values) { return interpolate(text, values, true).replace(/%%/g, "%"); }
 
   // Amounts as whole hundredths, so that "what is left" is exact (the API's amounts have at most 2 decimals).
   function cents(text) { return Math.round(parseFloat(text) * 100); }
@@ -23,7 +24,7 @@
 
   function tierText(tier, item, money) {
     return tier.percent
-      ? fmt(gettext("Spend %(threshold)s, save %(percent)s%"),
+      ? fmt(gettext("Spend %(threshold)s, save %(percent)s%%"),
         { threshold: money(tier.threshold, item.currency), percent: parseFloat(tier.off) })
       : fmt(gettext("Spend %(threshold)s, save %(off)s"),
         { threshold: money(tier.threshold, item.currency), off: money(tier.off, item.currency) });
@@ -59,7 +60,7 @@
     }
     if (next) {
       parts.push(next.percent
-        ? fmt(gettext("Spend %(left)s more to save %(percent)s%."),
+        ? fmt(gettext("Spend %(left)s more to save %(percent)s%%."),
           { left: money(left, item.currency), percent: parseFloat(next.off) })
         : fmt(gettext("Spend %(left)s more to save %(off)s."),
           { left: money(left, item.currency), off: money(next.off, item.currency) }));

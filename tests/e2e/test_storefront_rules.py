@@ -1,6 +1,7 @@
 """The demo storefront shows a campaign's richer rule (issue 38 goal 3; docs/api.md, Richer rules) in a real
 browser: a tiers campaign's ladder, the tier the cart reaches and what is left to reach the next (following the
-cart's quantities), free shipping and buy N get M; the grabbed tiers coupon's row shows its ladder too."""
+cart's quantities), free shipping and buy N get M; the grabbed tiers coupon's row shows its ladder too; a percentage
+reads "15% off", not "15%% off"."""
 from __future__ import annotations
 
 from decimal import Decimal
@@ -23,6 +24,8 @@ def test_the_storefront_shows_tiers_free_shipping_and_buy_n_get_m(page: Page, st
                      min_spend=Decimal(0), max_discount=Decimal("15.00"))
     b2g1 = live_sale(name="Buy 2 get 1", discount_type="buy_get", discount_value=Decimal(0),
                      min_spend=Decimal(0), buy_quantity=2, get_quantity=1)
+    percent = live_sale(name="15% off", discount_type="percent", discount_value=Decimal(15),
+                        max_discount=Decimal("30.00"))
 
     page.goto(f"{storefront_server}/")
 
@@ -39,6 +42,9 @@ def test_the_storefront_shows_tiers_free_shipping_and_buy_n_get_m(page: Page, st
         "Free shipping (at most CN¥15.00) · 1 per shopper")
     expect(page.locator(f"#campaign-{b2g1.pk}").get_by_test_id("campaign-deal")).to_have_text(
         "Buy 2, get 1 free · 1 per shopper")
+    # a percentage reads with one sign (Django's interpolate leaves "%%": app.js's fmt makes it "%")
+    expect(page.locator(f"#campaign-{percent.pk}").get_by_test_id("campaign-deal")).to_have_text(
+        "15% off (at most CN¥30.00) on orders of CN¥300.00 or more · 1 per shopper")
 
     quantities = page.get_by_test_id("cart-quantity")
     quantities.nth(0).fill("4")  # 4 x 120.00 + 140.00 = 620.00: the top tier

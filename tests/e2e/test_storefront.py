@@ -217,6 +217,7 @@ def test_demo_shopper_endpoint_mints_a_short_lived_token_and_renews_only_demo_sh
 PRODUCTION_ENV = {
     "DJANGO_SECRET_KEY": "q8Zr-5vT_w2Lm9Yx0Pb7Kc4Nf6Hd1Js3Ga8Ue5Oi2Wy7Re4Tu9Ip", "COUPONS_TOKEN_SECRET": "t" * 40,
     "DATABASE_URL": "postgres://u:p@db.internal:5432/couponrush", "REDIS_URL": "redis://redis.internal:6379/0",
+    "COUPONS_STOREFRONT_ENCRYPTION_KEYS": "q0Tb1S4wKjq3G7bU1h2u8c3d9Yq5m2Zp4Xr6Vw7Ns0E=",  # production refuses none
 }
 RESOLVE = (
     "import django; django.setup()\n"

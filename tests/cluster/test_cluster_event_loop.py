@@ -170,7 +170,8 @@ def test_a_master_killed_and_failed_over_to_its_replica_loses_no_claim_answered_
     with override_settings(REDIS_URL=cluster.seed_url, COUPONS_REDIS_CLUSTER=True):
         reset_redis_client()
         campaign = live_campaign(total_stock=stock, per_user_limit=1)
-        master_port = cluster.port_of_slot(slot_of(campaign_keys(campaign.pk).meta))
+        keys = campaign_keys(campaign.pk)  # its names, while every master is up (a process learns them from Redis)
+        master_port = cluster.port_of_slot(slot_of(keys.meta))
         seed = next(port for port in cluster.ports if port != master_port)  # the seed survives
         # (two replicas: after the failover the other follows the promoted one, so claims are acknowledged again)
         replicas = [add_replica(cluster, servers, master_port, tmp_path / f"replica{i}") for i in range(2)]
@@ -185,7 +186,6 @@ def test_a_master_killed_and_failed_over_to_its_replica_loses_no_claim_answered_
     roles = [node.info("replication")["role"] for node in nodes]
     assert sorted(roles) == ["master", "slave"], roles
     promoted = nodes[roles.index("master")]
-    keys = campaign_keys(campaign.pk)
     ledger = {entry_id.decode() for entry_id, _ in promoted.xrange(keys.ledger)}
     claimed = [ledger_id for status, ledger_id in answers if status == "claimed"]
     assert len(claimed) == len(set(claimed))

@@ -26,7 +26,7 @@ from orders.reconciliation import campaign_reconcile
 from orders.report_admin import CampaignReportMixin
 from orders.selectors import claims_issued_counts, claims_per_second, claims_timeline, latest_reconciliations
 
-from .admin_rules import CampaignForm, CartPreviewForm, preview
+from .admin_rules import SAMPLE_CART, CampaignForm, CartPreviewForm, preview
 from .charts import burndown_svg
 from .extension import campaign_extend_end, operator_time
 from .models import Campaign, CampaignEvent, CampaignState
@@ -222,6 +222,7 @@ class CampaignAdmin(CampaignReportMixin):
         extra = dict(extra_context or {})
         if campaign is not None:
             extra["live"] = self._live_panel(campaign)
+            extra["sample_cart"] = SAMPLE_CART  # the preview's lines to start from (data, not text to translate)
         return super().change_view(request, object_id, form_url, extra_context=extra)
 
     def _live_panel(self, campaign: Campaign) -> dict:

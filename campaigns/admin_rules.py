@@ -21,6 +21,9 @@ from .rich_rules import InvalidRule, tier_progress, tiers_of
 
 EMPTY_ROWS = 3  # blank rows under a rule's tiers, for adding some (up to pricing.MAX_TIERS rows in all)
 
+# The change page's preview starts from this cart (sku,category,quantity,unit_price a line).
+SAMPLE_CART = "TEA-1,tea,2,120.00\nCUP-9,kitchen,1,60.00"
+
 
 class TiersWidget(forms.Widget):
     """Up to pricing.MAX_TIERS rows of threshold, off and "percent?"; its value is the rows typed (text)."""

@@ -21,7 +21,8 @@ DOMAINS = ("django", "djangojs")
 LANGUAGES = ("en", "zh_Hans")
 TEMPLATES = ROOT / "templates"
 # What makemessages reads: the project's code, templates and static files (Makefile, MESSAGES_ARGS).
-SOURCES = ("campaigns", "config", "core", "coupons", "orders", "storefront", "webhooks", "templates", "static")
+SOURCES = ("campaigns", "config", "core", "coupons", "orders", "grants", "storefronts", "storefront", "webhooks",
+           "templates", "static")
 NO_GETTEXT = "xgettext is missing: apt-get install -y gettext (.ci/run does)"
 
 Key = tuple[str | None, str, str | None]  # (msgctxt, msgid, msgid_plural)
@@ -231,7 +232,7 @@ def test_the_api_answers_the_same_whatever_the_accept_language(client: Client, d
 
 # --- the management commands speak the operator's language too --------------------------------------------------
 
-PROJECT_APPS = ("campaigns", "coupons", "orders", "webhooks")
+PROJECT_APPS = ("campaigns", "coupons", "orders", "grants", "storefronts", "webhooks")
 
 
 def project_commands() -> list[str]:

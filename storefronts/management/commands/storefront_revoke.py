@@ -4,16 +4,19 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
+from core.commands import OperatorCommand
 from storefronts.services import StorefrontRefused, storefront_key_revoke
 
 
-class Command(BaseCommand):
-    help = "Revoke a storefront key: its tokens and api_key are refused by every worker within 2 seconds."
+class Command(OperatorCommand):
+    help = _("Revoke a storefront key: its tokens and api_key are refused by every worker within 2 seconds.")
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("key_id")
+        parser.add_argument("key_id", help=gettext("the key's id, as storefront_add or storefront_rotate printed it"))
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:

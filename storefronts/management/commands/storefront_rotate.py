@@ -5,16 +5,19 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
+from core.commands import OperatorCommand
 from storefronts.services import StorefrontRefused, storefront_key_rotate
 
 
-class Command(BaseCommand):
-    help = "Add a new key to the storefront of KEY_ID; print its key_id, secret and api_key (shown once)."
+class Command(OperatorCommand):
+    help = _("Add a new key to the storefront of KEY_ID; print its key_id, secret and api_key (shown once).")
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("key_id")
+        parser.add_argument("key_id", help=gettext("the id of one of the storefront's keys"))
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:

@@ -43,8 +43,8 @@ from .http import (
     declared_length,
     error_body,
     host_allowed,
-    identity_of,
     json_response,
+    shopper_identity,
 )
 from .logs import add_log_fields
 
@@ -69,9 +69,8 @@ class ShopperTokenAuthentication(BaseAuthentication):
     def authenticate(self, request: Request) -> tuple[Shopper, None]:
         try:
             meta = request._request.META
-            tags = meta.get("HTTP_X_SHOPPER_TAGS")
-            identity = identity_of(meta.get("HTTP_X_USER_ID"), meta.get("HTTP_X_TOKEN"), tags)
-            return Shopper(identity.user_id, tags_of(tags), identity.channels), None
+            identity = shopper_identity(meta)
+            return Shopper(identity.user_id, tags_of(meta.get("HTTP_X_SHOPPER_TAGS")), identity.channels), None
         except Unauthenticated as exc:
             raise drf_exceptions.AuthenticationFailed(exc.message) from exc
 

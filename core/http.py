@@ -15,7 +15,7 @@ from django.core.signals import setting_changed
 from django.http import HttpRequest, HttpResponse
 from django.http.request import split_domain_port, validate_host
 
-from .auth import Identity, authenticate, identify
+from .auth import Identity, identify
 from .errors import ApplicationError, BadRequest, PayloadTooLarge, Unauthenticated, UnsupportedMediaType
 
 ID_RE = re.compile(r"[1-9][0-9]{0,17}")  # a positive id that fits PostgreSQL's bigint
@@ -239,26 +239,20 @@ def client_address(peer_address: str | None, forwarded_for: str | None) -> str |
     return str(ipaddress.IPv6Network((int(address), IPV6_CLIENT_PREFIX), strict=False))
 
 
-def shopper_id(request: HttpRequest) -> str:
-    """Return the authenticated shopper's user id, or raise Unauthenticated (no database involved)."""
-    return authenticated_user(request.META)
-
-
 def authenticated_user(meta: Mapping[str, Any]) -> str:
-    """shopper_id() on a WSGI environ."""
-    return shopper_of(meta.get("HTTP_X_USER_ID"), meta.get("HTTP_X_TOKEN"), meta.get("HTTP_X_SHOPPER_TAGS"))
+    """The authenticated shopper's user id of a WSGI environ (Django's request.META is one), or raise
+    Unauthenticated (no database involved)."""
+    return shopper_identity(meta).user_id
 
 
-def shopper_of(user_id_header: str | None, token: str | None, tags_header: str | None = None) -> str:
-    """shopper_id() of the X-User-Id, X-Token and X-Shopper-Tags headers' values (None: absent)."""
-    user_id = authenticate(user_id_header, token, tags=tags_header)
-    if user_id is None:
-        raise Unauthenticated()
-    return user_id
+def shopper_identity(meta: Mapping[str, Any]) -> Identity:
+    """identity_of() the shopper's headers in a WSGI environ."""
+    return identity_of(meta.get("HTTP_X_USER_ID"), meta.get("HTTP_X_TOKEN"), meta.get("HTTP_X_SHOPPER_TAGS"))
 
 
 def identity_of(user_id_header: str | None, token: str | None, tags_header: str | None = None) -> Identity:
-    """shopper_of(), answering the storefront that signed the token and its channels too (core.auth.Identity)."""
+    """Who the X-User-Id, X-Token and X-Shopper-Tags headers' values (None: absent) say the shopper is: the user id
+    and the storefront that signed the token with its channels (core.auth.Identity); or raise Unauthenticated."""
     identity = identify(user_id_header, token, tags=tags_header)
     if identity is None:
         raise Unauthenticated()

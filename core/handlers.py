@@ -1,5 +1,6 @@
 """Django's WSGI application for the project: the API's routes through the middleware they need, every other
-path (the console, the storefront's pages, the service endpoints) through the whole stack.
+path (the console, the storefront's pages, the service endpoints) through the whole stack. An API request's
+statements each wait for PostgreSQL at most API_STATEMENT_SECONDS (core/postgresql/base.py).
 
 A request to /api/v1/ carries a shopper's token (or nothing, for the public reads) and answers JSON: it has no use
 for sessions, the console's language, messages, CSRF (DRF's views are exempt), the auth user or frame options,
@@ -18,6 +19,8 @@ from django.core.handlers.wsgi import WSGIHandler
 from django.core.wsgi import get_wsgi_application
 from django.http import HttpRequest, HttpResponseBase
 from django.utils.module_loading import import_string
+
+from .postgresql.base import API_STATEMENT_SECONDS, statements_bounded
 
 API_PREFIX = "/api/v1/"
 PRIVATE_CACHE_CONTROL = "private, no-store"
@@ -65,7 +68,9 @@ def django_application() -> Callable[[dict[str, Any], Callable[..., Any]], Itera
     api = ApiHandler()
 
     def application(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        handler = api if environ["PATH_INFO"].startswith(API_PREFIX) else whole  # PEP 3333: always there
-        return handler(environ, start_response)
+        if environ["PATH_INFO"].startswith(API_PREFIX):  # PEP 3333: always there
+            with statements_bounded(API_STATEMENT_SECONDS):  # a hung PostgreSQL is a 503, not a hang
+                return api(environ, start_response)
+        return whole(environ, start_response)
 
     return application

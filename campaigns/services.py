@@ -172,6 +172,15 @@ def live_campaign_of_code(code: str, *, at: datetime) -> Campaign | None:
     return campaign if campaign is not None and campaign.state_at(at) == CampaignState.LIVE else None
 
 
+def remembered_live_campaign(code: str, *, at: datetime) -> Campaign | None:
+    """live_campaign_of_code's answer if this process remembers it (no query: None when it does not), for what
+    must not look a code up before counting it (coupons.guard)."""
+    hit = _live_codes.get(code)
+    if hit is None or hit[0] <= time.monotonic() or hit[1].state_at(at) != CampaignState.LIVE:
+        return None
+    return hit[1]
+
+
 def forget_live_codes() -> None:
     """Forget the live campaigns of shared codes this process remembers (tests: a rolled-back database)."""
     _live_codes.clear()

@@ -53,6 +53,7 @@ from .services import (
     coupon_redeem,
     coupon_release,
     coupon_reserve,
+    known_shared_code,
     typed_code_form,
 )
 
@@ -271,6 +272,7 @@ class CouponUseApi(ShopperApi):
             user_id=self.user_id, endpoint=endpoint, key=key, payload=payload, apart=self.creates_use,
             execute=guarded(self.user_id, self.ip,
                             own=lambda: code_is_own(code=canonical, user_id=self.user_id, order_id=order_id),
+                            known=lambda: known_shared_code(canonical),
                             execute=lambda: Answer(200, run(canonical).body())),
         ))
 

@@ -2,7 +2,8 @@
 
 Read-only (nothing reserved or settled) and a fixed number of queries whatever the shopper holds: one for the
 shopper's usable coupons and the codes given that are the shopper's own; then, once the other codes are counted
-by the unknown-code guard (`before_lookup`, coupons.guard), one for the typed shared codes, one for the typed
+by the unknown-code guard (`before_lookup`, coupons.guard), one for the typed shared codes the process does not
+remember live (coupons.guard: those it does are checked, not counted), one for the typed
 unique codes, and one for the new-shopper audience when a candidate has it; one Redis round trip for the typed
 codes' campaigns' uses left and the shopper's uses of them (a code the shopper may no longer use is refused as
 reserve would refuse it). Every amount is campaigns.pricing's (validate_cart): nothing here computes a discount.
@@ -20,6 +21,7 @@ from django.utils import timezone
 from campaigns import pricing, redis_state
 from campaigns.models import Audience, Campaign, CampaignState, shared_code_form
 from campaigns.money import money_text
+from campaigns.services import remembered_live_campaign
 from core.errors import Unavailable
 
 from .hot_reads import cart_coupons, live_shared_campaigns
@@ -88,14 +90,15 @@ def _used_up_codes(typed: dict[str | None, Campaign], user_id: str) -> dict[str 
 
 
 def cart_validate(*, user_id: str, cart: pricing.Cart, codes: list[str],
-                  before_lookup: Callable[[int], None] = lambda n: None, tags: frozenset[str] = frozenset(),
+                  before_lookup: Callable[[int, int], None] = lambda n, known: None, tags: frozenset[str] = frozenset(),
                   channels: frozenset[str] = frozenset()) -> CartAnswer:
     """Price, for `cart`, each of the shopper's usable coupons (active, valid now, in the cart's currency) and
     each code given (the shopper's own coupon, a live shared code, a unique code nobody holds yet; else
     not_found), and find the best allowed set. Typed codes answer in the order given, after the shopper's
-    coupons (soonest to expire first); a code listed twice answers once. `before_lookup(n)` is told how many
-    codes given are not the shopper's own before any is looked up (it may raise: the guard's refusal); the
-    answer's `misses` are those of them that stood for nothing. `tags` and `channels`: the shopper's (a campaign
+    coupons (soonest to expire first); a code listed twice answers once. `before_lookup(n, known)` is told how
+    many codes given are not the shopper's own before any is looked up (it may raise: the guard's refusal), and
+    how many of those this process knows stand for something (live shared codes it remembers); the answer's
+    `misses` are those of them that stood for nothing. `tags` and `channels`: the shopper's (a campaign
     asking for tags or channels the shopper lacks answers not_eligible)."""
     now = timezone.now()
     typed = {text: typed_code_form(text) for text in codes}
@@ -103,11 +106,18 @@ def cart_validate(*, user_id: str, cart: pricing.Cart, codes: list[str],
     rows = cart_coupons(user_id=user_id, now=now, currency=cart.currency, codes=wanted)
     own = {coupon.code: coupon for coupon in rows}
     usable = [coupon for coupon in rows if _own_refusal(coupon, cart, now) is None]
-    before_lookup(sum(code not in own for code in typed.values()))  # each such text may be a miss below
+    shared: dict[str | None, Campaign] = {}  # the live shared codes typed: first those remembered (no query)
+    for canonical in wanted:
+        form = shared_code_form(canonical) if canonical not in own else None
+        remembered = remembered_live_campaign(form, at=now) if form is not None else None
+        if remembered is not None:
+            shared[canonical] = remembered
+    known = sum(code in shared for code in typed.values())
+    before_lookup(sum(code not in own for code in typed.values()) - known, known)  # each may be a miss below
 
-    shared_wanted = [c for c in wanted if c not in own and shared_code_form(c) is not None]
-    shared = {campaign.code: campaign
-              for campaign in (live_shared_campaigns(codes=shared_wanted, now=now) if shared_wanted else [])}
+    shared_wanted = [c for c in wanted if c not in own and c not in shared and shared_code_form(c) is not None]
+    shared.update({campaign.code: campaign
+                   for campaign in (live_shared_campaigns(codes=shared_wanted, now=now) if shared_wanted else [])})
     unique_wanted = {c: canonical_unique_code(c) or c for c in wanted if c not in own and c not in shared}
     unique = {
         row.code: row.campaign

@@ -101,22 +101,25 @@ class CodeLookups:
         self.taken = 0
         self.misses = 0
 
-    def take(self, n: int) -> None:
+    def take(self, n: int, known: int = 0) -> None:
         """Count `n` codes about to be looked up (once a request); raise TooManyMisses, counting nothing, when
-        they would take the shopper or the address past its limit this minute."""
+        they and the `known` ones (codes this process knows stand for something: never counted, as they would be
+        given back) would take the shopper or the address past its limit this minute."""
         assert not self.taken, "one take a request"
-        if n < 1:
+        if n < 1 and known < 1:
             return
         try:
             after = _run("code_lookups_take",
-                         [(key, [n, limit, 2 * MISS_WINDOW_SECONDS]) for key, limit in self.counters])
+                         [(key, [n, limit, 2 * MISS_WINDOW_SECONDS, known]) for key, limit in self.counters])
         except RedisError:
             return  # fails open
         counted = [key for (key, _), reply in zip(self.counters, after, strict=True) if int(reply) >= 0]
         if len(counted) < len(self.counters):
-            _give_back(counted, n)
+            if n:
+                _give_back(counted, n)
             raise TooManyMisses()
-        self.keys, self.taken = counted, n
+        if n:
+            self.keys, self.taken = counted, n
 
     def __enter__(self) -> CodeLookups:
         return self
@@ -140,11 +143,22 @@ def _give_back(keys: list[str], n: int) -> None:
 T = TypeVar("T")
 
 
-def guarded(user_id: str, ip: str | None, *, own: Callable[[], bool], execute: Callable[[], T]) -> Callable[[], T]:
+def guarded(user_id: str, ip: str | None, *, own: Callable[[], bool], known: Callable[[], bool],
+            execute: Callable[[], T]) -> Callable[[], T]:
     """`execute`, a use of one code, under the guard unless `own()` says the code is the shopper's own: counted
-    before it runs, given back unless it raised NotFound (the unknown code that stays counted)."""
+    before it runs, given back unless it raised NotFound (the unknown code that stays counted). A code `known()`
+    to stand for something (a live shared code this process remembers, asked without a lookup) is checked
+    against the limits but not counted, as it would be given back: one round trip instead of three (the take,
+    `own`'s query, the give-back); past the limit, it passes only if it is the shopper's own."""
 
     def run() -> T:
+        if known():
+            try:
+                CodeLookups(user_id, ip).take(0, known=1)
+            except TooManyMisses:
+                if not own():
+                    raise
+            return execute()
         if own():
             return execute()
         with CodeLookups(user_id, ip) as lookups:

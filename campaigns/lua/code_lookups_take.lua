@@ -7,12 +7,19 @@ KEYS[1] the counter  string  e.g. cr:code-misses:alice:29416712 or cr:code-misse
 ARGV[1] n            the codes about to be looked up, e.g. 1 (a use) or 5 (a cart's codes)
 ARGV[2] the limit    e.g. 20 (COUPONS_CODE_MISSES_PER_MINUTE) or 100 (..._PER_IP_PER_MINUTE)
 ARGV[3] seconds      the counter's time to live, e.g. 120 (two windows)
+ARGV[4] known        codes known to stand for something (a live shared code), e.g. 1 or 0: checked with the n
+                     (the request is refused as if they were counted) but not counted, as they would be given back
 
-Returns the counter after the take (n or more), or -1 when n more would pass the limit (nothing changed).
+Returns the counter after the take (n or more; with n 0, the counter), or -1 when n + known more would pass the
+limit (nothing changed).
 --]]
 local n = tonumber(ARGV[1])
-if tonumber(redis.call('GET', KEYS[1]) or '0') + n > tonumber(ARGV[2]) then
+local counter = tonumber(redis.call('GET', KEYS[1]) or '0')
+if counter + n + tonumber(ARGV[4] or '0') > tonumber(ARGV[2]) then
   return -1
+end
+if n == 0 then
+  return counter
 end
 local counted = redis.call('INCRBY', KEYS[1], n)
 redis.call('EXPIRE', KEYS[1], ARGV[3])

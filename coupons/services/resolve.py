@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.utils import timezone
 
 from campaigns.models import Campaign, CampaignKind, shared_code_form
-from campaigns.services import live_campaign_of_code
+from campaigns.services import live_campaign_of_code, remembered_live_campaign
 from core.db import prepared_cursor
 from core.errors import NotFound
 
@@ -86,3 +86,10 @@ def code_is_own(*, code: str, user_id: str, order_id: str) -> bool:
         cursor.execute(_OWN_CODE, [user_id, code, use, CampaignKind.CODES.value, shared_code_form(code)])
         return bool(cursor.fetchone()[0])
 
+
+
+def known_shared_code(code: str) -> bool:
+    """Whether `code` (canonical) is a live shared code this process remembers (no query): a code that stands for
+    something, which the unknown-code guard checks but does not count (coupons.guard.guarded)."""
+    shared = shared_code_form(code)
+    return shared is not None and remembered_live_campaign(shared, at=timezone.now()) is not None

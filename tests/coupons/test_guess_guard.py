@@ -279,3 +279,44 @@ def test_past_the_addresss_limit_a_shopper_still_uses_their_own_coupons_holds_an
     assert cart.status_code == 200 and cart.json()["coupons"][0]["code"] == coupon.code
     assert [a.status_code for a in not_own] == [429, 429, 429]
     assert counted("alice", "127.0.0.1") == [0, 3]  # nothing of alice's was counted
+
+
+@override_settings(COUPONS_CODE_MISSES_PER_MINUTE=3)
+def test_a_live_shared_code_the_process_remembers_is_checked_in_one_round_trip_and_never_counted(
+        client, db, monkeypatch) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    import campaigns.services
+    from coupons import guard
+
+    # given: a live shared code this process has looked up once (it remembers it: no query, no count to ask)
+    monkeypatch.setattr(campaigns.services, "LIVE_CODE_SECONDS", 60.0)
+    shared_code_campaign(total_stock=100, per_user_limit=100)
+    away_from_the_minutes_end()
+    assert post(client, "coupons/SAVE50/reserve", {**ORDER, "order_id": "o-0"}, "bob", key="k0").status_code == 200
+    runs: list[str] = []
+    real_run = guard._run
+    monkeypatch.setattr(guard, "_run", lambda name, calls: runs.append(name) or real_run(name, calls))
+
+    # when: bob redeems it for more orders than his limit of unknown codes, and validates carts with it
+    with CaptureQueriesContext(connection) as queries:
+        uses = [post(client, "coupons/SAVE50/redeem", {**ORDER, "order_id": f"o-{i}"}, "bob", key=f"k{i}")
+                for i in range(1, 6)]
+        carts = [post(client, "carts/validate", {"currency": "CNY", "lines": CART, "codes": ["save50"]}, "bob")
+                 for _ in range(5)]
+
+    # then: every one answered, each checked against the limits in one script run (before: a take, a query
+    # whether the code was bob's own, a give-back), and nothing counted
+    assert [use.json()["status"] for use in uses] == ["redeemed"] * 5
+    assert [cart.json()["coupons"][0]["status"] for cart in carts] == ["ok"] * 5
+    assert runs == ["code_lookups_take"] * 10
+    assert not [q for q in queries if "SELECT EXISTS (SELECT 1 FROM" in q["sql"]]  # code_is_own's
+    assert counted("bob", "127.0.0.1") == [0, 0]
+
+    # and past the limit (three guesses), the same code is refused as before, for a new order and a cart alike
+    guesses = [post(client, f"coupons/GUESS{i}/redeem", ORDER, "bob", key=f"g{i}").status_code for i in range(3)]
+    late = post(client, "coupons/SAVE50/redeem", {**ORDER, "order_id": "o-9"}, "bob", key="k9")
+    cart = post(client, "carts/validate", {"currency": "CNY", "lines": CART, "codes": ["SAVE50"]}, "bob")
+    assert guesses == [404, 404, 404] and late.status_code == 429 and cart.status_code == 429
+    assert counted("bob", "127.0.0.1") == [3, 3]

@@ -1,7 +1,7 @@
 """Every shopper route beside the claim, in the same run (issue 35): what a sale's page asks of the server around
 the button, as a multiple of what the button itself gets.
 
-    .venv/bin/python bench/api_routes.py [--duration 8] [--rounds 2] [--quick] [--proxy]
+    .venv/bin/python bench/api_routes.py [--duration 8] [--rounds 2] [--quick] [--proxy] [--paced] [--only KEYS]
 
 One web server (the run command's, `python -m config.server`, 1 worker: the issue's measure) on DATABASE_URL /
 REDIS_URL (or embedded servers under var/bench/), no Celery worker, so that nothing drains what the bench keeps
@@ -14,19 +14,33 @@ pending. Set-up, before any load:
     is never drained: the pending claims;
   - a codes campaign with a shared code (SAVE50-<run>, uses and uses per shopper unbounded in practice) for
     redeem, reserve, confirm and release;
-  - one request of each route, whose answer must be the one meant (a 200 with code 0, a claim pending or
-    issued, Django's JSON 404): a bench that measures an error page measures nothing.
+  - a grab campaign that --claimed new shoppers claim once each, drained as the holders' are: claimed coupons
+    for redeem, reserve, confirm and release of a coupon a shopper holds. A claimed coupon is used once: each
+    run of a route that uses one is dealt coupons of its own, never dealt before, that wrk takes in order
+    (more are claimed and drained before a round, or a paced pass, as the rates seen say it will need);
+  - one request of each route, whose answer must be the one meant (a 200 with code 0 and the status meant,
+    a claim pending or issued, Django's JSON 404): a bench that measures an error page measures nothing.
 
 Then a warm-up (--warmup s of each route, not recorded) and --rounds rounds, each route once a round for
 --duration s with wrk -t2 -c50 (bench/api_routes.lua: each request a random shopper of the route's pool, tokens
 signed here by bench.common.shopper_token; redeem and reserve a new order and Idempotency-Key each), the
 order of the routes reversed every other round. A round's confirm finishes the orders its reserve held, in the
-order they were held; its release the orders of another reserve run just before it (not recorded). With
---proxy, the public reads also through nginx on loopback, the compose proxy's config (bench/proxy_bench.py
-renders it as the image does; TLS, keep-alive) in front of the same server.
+order they were held; its release the orders of another reserve run just before it (not recorded); when the
+orders held are fewer than the confirm or release is expected to finish, more reserve runs (not recorded)
+hold more first, so that no order is finished twice. With --proxy, the public reads also through nginx on
+loopback, the compose proxy's config (bench/proxy_bench.py renders it as the image does; TLS, keep-alive) in
+front of the same server.
+
+--paced: after each round, each route with a goal of issue 35 (Route.goal: 0.05 the uses and validate, 0.08
+GET /me/coupons, 0.1 the public reads at the origin, 0.5 the claim's status, 0.2 the 404) again for
+--duration s at a fixed rate, its goal times the claim's requests/s of that round, with the same 50
+connections (api_routes.lua's delay(): each wrk thread on a schedule of its own), once the server is idle:
+its p99 (wrk's, from the actual send: not free of coordinated omission; bench/sale.py counts from the
+intended send) and whether the rate was held (at least 95% of it served).
 
 Each route's requests/s, p99 and ratio to the claim's requests/s of the same round, the server's CPU per
-request, HTTP statuses and the answers' business codes: a table, and bench/results/api_routes.json.
+request, HTTP statuses and the answers' business codes (with --paced, the paced rate and p99, and whether the
+goal was met): a table, and bench/results/api_routes.json.
 bench/README.md documents the fields. Exit 0: ran; 1: could not run (or a route's first answer was wrong).
 """
 from __future__ import annotations
@@ -34,6 +48,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import re
 import secrets
@@ -47,7 +62,10 @@ import urllib.request
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 BENCH_DIR = Path(__file__).resolve().parent
 if str(BENCH_DIR) not in sys.path:
@@ -72,10 +90,11 @@ from common import (  # noqa: E402
 
 LUA = BENCH_DIR / "api_routes.lua"
 OUT = RESULTS_DIR / "api_routes.json"
-DATA = BENCH_VAR / "api"  # token files and the orders a reserve run held
+DATA = BENCH_VAR / "api"  # token files and the orders a reserve run held, under a folder a run (its pid)
 CART_LINES = [{"sku": "TEA-1", "category": "tea", "quantity": 2, "unit_price": "120.00"},
               {"sku": "CUP-9", "quantity": 1, "unit_price": "60.00"}]
 TOKEN_TTL = 3000  # seconds: under COUPONS_TOKEN_MAX_TTL (3600), longer than a default run
+HELD = 0.95  # a paced run held its rate if it served at least this share of it
 
 
 @dataclass
@@ -95,6 +114,10 @@ class Route:
     recorded: bool = True  # False: a run that only prepares the next one's orders
     expect_status: int = 200
     lua_args: list[str] = field(default_factory=list)
+    fresh: bool = False  # each request a claimed coupon of its own (ApiBench.deal), never used before
+    goal: float | None = None  # issue 35's goal, a multiple of the claim's requests/s: the paced run's rate
+    like: str | None = None  # the route whose requests/s to expect before this one has run (SAVE50's)
+    expect: dict[str, str] = field(default_factory=dict)  # fields the first answer must have
 
 
 def compact(value: Any) -> str:
@@ -106,30 +129,49 @@ def routes(ids: dict[str, Any], proxy: bool) -> list[list[Route]]:
     orders)."""
     code = ids["code"]
     use = {"order_id": "{order}", "order_amount": "350.00", "currency": "CNY"}
+    reserve = compact({**use, "hold_seconds": 900})
+    redeemed, reserved, released = {"status": "redeemed"}, {"status": "reserved"}, {"status": "released"}
+    claimed = "/api/v1/coupons/{x}"  # the line's coupon; a held line's {y} (api_routes.lua's record)
     units = [
         [Route("claim", "POST /campaigns/{id}/claim", "POST", f"/api/v1/campaigns/{ids['claim']}/claim",
                pool="buyers", body="{}")],
         [Route("healthz", "GET /healthz", "GET", "/healthz")],
-        [Route("campaigns", "GET /campaigns", "GET", "/api/v1/campaigns")],
-        [Route("campaign", "GET /campaigns/{id}", "GET", f"/api/v1/campaigns/{ids['claim']}")],
-        [Route("claim_pending", "GET /claims/{id} (pending)", "GET", "/api/v1/claims/{x}", pool="pending")],
-        [Route("claim_issued", "GET /claims/{id} (issued)", "GET", "/api/v1/claims/{x}", pool="issued")],
-        [Route("my_coupons", "GET /me/coupons", "GET", "/api/v1/me/coupons", pool="holders")],
+        [Route("campaigns", "GET /campaigns", "GET", "/api/v1/campaigns", goal=0.1)],
+        [Route("campaign", "GET /campaigns/{id}", "GET", f"/api/v1/campaigns/{ids['claim']}", goal=0.1)],
+        [Route("claim_pending", "GET /claims/{id} (pending)", "GET", "/api/v1/claims/{x}", pool="pending",
+               goal=0.5)],
+        [Route("claim_issued", "GET /claims/{id} (issued)", "GET", "/api/v1/claims/{x}", pool="issued", goal=0.5)],
+        [Route("my_coupons", "GET /me/coupons", "GET", "/api/v1/me/coupons", pool="holders", goal=0.08)],
         [Route("validate", "POST /carts/validate (2 lines, SAVE50 + own coupons)", "POST",
                "/api/v1/carts/validate", pool="holders",
-               body=compact({"currency": "CNY", "codes": [code], "lines": CART_LINES}))],
+               body=compact({"currency": "CNY", "codes": [code], "lines": CART_LINES}), goal=0.05)],
         [Route("redeem", "POST /coupons/SAVE50/redeem", "POST", f"/api/v1/coupons/{code}/redeem", pool="buyers",
-               body=compact(use), orders=True)],
+               body=compact(use), orders=True, goal=0.05, expect=redeemed)],
         [Route("reserve", "POST /coupons/SAVE50/reserve", "POST", f"/api/v1/coupons/{code}/reserve", pool="buyers",
-               body=compact({**use, "hold_seconds": 900}), orders=True, record="held"),
+               body=reserve, orders=True, record="held", goal=0.05, expect=reserved),
          Route("confirm", "POST /coupons/SAVE50/confirm", "POST", f"/api/v1/coupons/{code}/confirm", pool="held",
-               body=compact({"order_id": "{x}"}), pick="next")],
+               body=compact({"order_id": "{x}"}), pick="next", goal=0.05, expect=redeemed)],
         [Route("reserve_for_release", "POST /coupons/SAVE50/reserve (orders for release)", "POST",
-               f"/api/v1/coupons/{code}/reserve", pool="buyers", body=compact({**use, "hold_seconds": 900}),
-               orders=True, record="held_r", recorded=False),
+               f"/api/v1/coupons/{code}/reserve", pool="buyers", body=reserve,
+               orders=True, record="held_r", recorded=False, expect=reserved),
          Route("release", "POST /coupons/SAVE50/release", "POST", f"/api/v1/coupons/{code}/release", pool="held_r",
-               body=compact({"order_id": "{x}"}), pick="next")],
-        [Route("nope", "GET /api/v1/nope (Django's JSON 404)", "GET", "/api/v1/nope", expect_status=404)],
+               body=compact({"order_id": "{x}"}), pick="next", goal=0.05, expect=released)],
+        [Route("redeem_claimed", "POST /coupons/{code}/redeem (a claimed coupon)", "POST", f"{claimed}/redeem",
+               pool="claimed", body=compact(use), orders=True, pick="next", fresh=True, goal=0.05, like="redeem",
+               expect=redeemed)],
+        [Route("reserve_claimed", "POST /coupons/{code}/reserve (a claimed coupon)", "POST", f"{claimed}/reserve",
+               pool="claimed", body=reserve, orders=True, pick="next", fresh=True, record="held_c", goal=0.05,
+               like="reserve", expect=reserved),
+         Route("confirm_claimed", "POST /coupons/{code}/confirm (a claimed coupon)", "POST",
+               "/api/v1/coupons/{y}/confirm", pool="held_c", body=compact({"order_id": "{x}"}), pick="next",
+               goal=0.05, like="confirm", expect=redeemed)],
+        [Route("reserve_claimed_for_release", "POST /coupons/{code}/reserve (a claimed coupon, for release)", "POST",
+               f"{claimed}/reserve", pool="claimed", body=reserve, orders=True, pick="next", fresh=True,
+               record="held_cr", recorded=False, like="reserve_for_release", expect=reserved),
+         Route("release_claimed", "POST /coupons/{code}/release (a claimed coupon)", "POST",
+               "/api/v1/coupons/{y}/release", pool="held_cr", body=compact({"order_id": "{x}"}), pick="next",
+               goal=0.05, like="release", expect={**released, "coupon_status": "active"})],
+        [Route("nope", "GET /api/v1/nope (Django's JSON 404)", "GET", "/api/v1/nope", expect_status=404, goal=0.2)],
     ]
     if proxy:
         units += [
@@ -223,6 +265,13 @@ class ApiBench:
         self.stores: Stores | None = None
         self.folder: Path | None = None  # nginx's
         self.report: dict[str, Any] = {"rounds": [], "notes": []}
+        self.coupons: list[tuple[str, str]] = []  # claimed coupons (user, code) drained, never dealt
+        self.coupons_made, self.coupon_last_pk = 0, 0
+        self.dealt: dict[str, int] = {}  # claimed coupons dealt to each route's runs
+        self.rates: dict[str, float] = {}  # each route's latest saturating requests/s: what a run will need
+        self.feeds: list[dict[str, Any]] = []  # reserve runs that topped up a confirm's or release's orders
+        self.held_pools: set[str] = set()  # the pools a reserve run writes (Route.record)
+        self.data: Path | None = None  # this run's token files: two runs at once must not share them
 
     def setup(self) -> None:
         a = self.args
@@ -238,7 +287,7 @@ class ApiBench:
         import django
 
         django.setup()
-        tag = secrets.token_hex(3).upper()
+        tag = self.tag = secrets.token_hex(3).upper()
         self.ids: dict[str, Any] = {
             "claim": campaign_create("--name", "api bench: claims", "--stock", "100000000", "--per-user-limit",
                                      "1000"),
@@ -249,7 +298,10 @@ class ApiBench:
                                       f"SAVE50-{tag}", "--stock", "100000000", "--per-user-limit", "1000000",
                                       "--discount", "50.00"),
             "code": f"SAVE50-{tag}",
+            "claimed": campaign_create("--name", "api bench: claimed coupons", "--stock", "100000000"),
         }
+        data = self.data = DATA / str(os.getpid())
+        shutil.rmtree(data, ignore_errors=True)
         holders = [f"h{tag}{i:07d}" for i in range(a.holders)]
         t0 = time.monotonic()
         issued = claim_all(self.ids["held_a"], holders)
@@ -258,13 +310,15 @@ class ApiBench:
         log(f"{len(holders):,} shoppers claimed 3 campaigns in {time.monotonic() - t0:.1f}s")
         drain_all(self.ids["held_a"])
         drain_all(self.ids["held_b"])
+        self.make_coupons(a.claimed)
         self.pools = {
-            "buyers": write_pool(DATA / "buyers", [(f"b{tag}{i:07d}", "") for i in range(a.shoppers)], self.secret,
+            "buyers": write_pool(data / "buyers", [(f"b{tag}{i:07d}", "") for i in range(a.shoppers)], self.secret,
                                  a.threads),
-            "holders": write_pool(DATA / "holders", [(u, "") for u in holders], self.secret, a.threads),
-            "issued": write_pool(DATA / "issued", list(issued.items()), self.secret, a.threads),
-            "pending": write_pool(DATA / "pending", list(pending.items()), self.secret, a.threads),
-            "held": DATA / "held", "held_r": DATA / "held_r",  # written by the reserve runs (Route.record)
+            "holders": write_pool(data / "holders", [(u, "") for u in holders], self.secret, a.threads),
+            "issued": write_pool(data / "issued", list(issued.items()), self.secret, a.threads),
+            "pending": write_pool(data / "pending", list(pending.items()), self.secret, a.threads),
+            # written by the reserve runs (Route.record)
+            "held": data / "held", "held_r": data / "held_r", "held_c": data / "held_c", "held_cr": data / "held_cr",
         }
         self.port = common.free_port()
         self.urls = {False: f"http://127.0.0.1:{self.port}"}
@@ -278,6 +332,50 @@ class ApiBench:
             "database": common.redact(stores.database_url), "redis": common.redact(stores.redis_url),
             "embedded_servers": [type(s).__name__ for s in stores.embedded],
             "live_campaigns_listed": self.live_campaigns()}
+
+    # --- claimed coupons: each used once -----------------------------------------------------------------
+
+    def make_coupons(self, n: int) -> None:
+        """n new shoppers each claim a coupon of the claimed campaign (the claim script, as the holders' are),
+        drained into PostgreSQL in this process; their codes read back in the order they were issued."""
+        from coupons.models import Coupon
+
+        t0 = time.monotonic()
+        users = [f"c{self.tag}{self.coupons_made + i:07d}" for i in range(n)]
+        self.coupons_made += n
+        claim_all(self.ids["claimed"], users)
+        drain_all(self.ids["claimed"])
+        rows = list(Coupon.objects.filter(campaign_id=self.ids["claimed"], pk__gt=self.coupon_last_pk)
+                    .order_by("pk").values_list("pk", "user_id", "code"))
+        if len(rows) != n:
+            raise BenchError(f"{n:,} claims of campaign {self.ids['claimed']} drained into {len(rows):,} coupons")
+        self.coupon_last_pk = rows[-1][0]
+        self.coupons += [(user, code) for _, user, code in rows]
+        log(f"{n:,} claimed coupons (one a shopper) in {time.monotonic() - t0:.1f}s; {len(self.coupons):,} unused")
+
+    def take(self, n: int) -> list[tuple[str, str]]:
+        """n claimed coupons never dealt before (more claimed and drained first if short)."""
+        if len(self.coupons) < n:
+            self.make_coupons(max(n - len(self.coupons), 1000))
+        rows, self.coupons = self.coupons[:n], self.coupons[n:]
+        return rows
+
+    def deal(self, route: Route, n: int) -> Path:
+        """Route's token files for one run: n claimed coupons of their own (route.fresh), none dealt before."""
+        self.dealt[route.key] = self.dealt.get(route.key, 0) + n
+        assert self.data is not None
+        return write_pool(self.data / f"claimed_{route.key}", self.take(n), self.secret, self.args.threads)
+
+    def expected(self, route: Route, duration: float, rate: float | None = None) -> int:
+        """The requests a run of `route` may send: at `rate` (paced) times 1.1, else at the higher of its latest
+        saturating rate and its SAVE50 twin's (or a quarter of the claim's) times 1.3, twice that for a claimed
+        coupon route's (coupons are cheap); plus one a connection. A 1 s warm-up's rate is a cold server's, and a
+        run that outruns its list uses coupons or orders again."""
+        if rate is not None:
+            return int(rate * duration * 1.1) + self.args.connections
+        seen = max(self.rates.get(route.key, 0.0), self.rates.get(route.like or "", 0.0))
+        seen = seen or 0.25 * self.rates.get("claim", 4000)
+        return int(seen * duration * (2.6 if route.fresh else 1.3)) + self.args.connections
 
     def start_nginx(self) -> None:
         from proxy_bench import nginx_conf
@@ -330,19 +428,19 @@ class ApiBench:
     def one(self, route: Route, order: str | None = None, line: list[str] | None = None) -> tuple[int, Any, dict]:
         """One request of `route` as its Lua script would send it."""
         headers: dict[str, str] = {}
-        x = ""
+        x = y = ""
         if route.pool:
             user, token, *rest = line or self.first_line(route.pool)
             headers.update({"X-User-Id": user, "X-Token": token})
-            x = rest[0] if rest else ""
+            x, y = (rest + ["", ""])[:2]
         if route.orders:
             headers["Idempotency-Key"] = f"k{order}"
         body = route.body
         if body is not None:
             headers["Content-Type"] = "application/json"
-            body = body.replace("{x}", x).replace("{order}", order or "")
-        status, raw, answer_headers = self.get(route.path.replace("{x}", x), proxy=route.proxy, method=route.method,
-                                               headers=headers, body=body)
+            body = body.replace("{x}", x).replace("{y}", y).replace("{order}", order or "")
+        status, raw, answer_headers = self.get(route.path.replace("{x}", x).replace("{y}", y), proxy=route.proxy,
+                                               method=route.method, headers=headers, body=body)
         try:
             data = json.loads(raw)
         except ValueError:
@@ -352,19 +450,23 @@ class ApiBench:
     def probe(self, units: list[list[Route]]) -> dict[str, Any]:
         """Each route once: the answer must be the one meant, else the figures would be of an error path."""
         seen: dict[str, Any] = {}
-        buyer = self.first_line("buyers")
         for unit in units:
             held: list[str] | None = None
             for route in unit:
-                if route.pool in ("held", "held_r"):
+                if route.pool in self.held_pools:  # the order the unit's reserve just held
                     status, data, headers = self.one(route, line=held)
                 else:
                     order = f"probe-{route.key}"
-                    status, data, headers = self.one(route, order=order)
-                    if route.record:
-                        held = [*buyer[:2], order]
+                    line: list[str] | None = self.first_line(route.pool) if route.pool and not route.fresh else None
+                    if route.fresh:  # a claimed coupon of its own, not one of the runs'
+                        (user, code), = self.take(1)
+                        line = [user, shopper_token(user, int(time.time()) + TOKEN_TTL, self.secret), code]
+                    status, data, headers = self.one(route, order=order, line=line)
+                    if route.record and line:
+                        held = [*line[:2], order, *line[2:3]]  # as api_routes.lua records it
                 want = route.expect_status
                 ok = status == want and (not isinstance(data, dict) or data.get("code", 0) in (0, want))
+                ok = ok and all(isinstance(data, dict) and data.get(k) == v for k, v in route.expect.items())
                 if route.key == "claim_pending":
                     ok = ok and data.get("status") == "pending"
                 if route.key == "claim_issued":
@@ -383,18 +485,24 @@ class ApiBench:
 
     # --- loads -------------------------------------------------------------------------------------------
 
-    def wrk(self, route: Route, label: str, duration: float) -> dict[str, Any]:
-        """One route's load; its figures, the server's CPU per request, statuses and business codes."""
+    def wrk(self, route: Route, label: str, duration: float, *, rate: float | None = None,
+            record: Path | None = None) -> dict[str, Any]:
+        """One route's load (paced at `rate` requests/s, else as fast as 50 connections go); its figures, the
+        server's CPU per request, statuses and business codes. `record`: the held orders go there instead."""
         a = self.args
         script = [f"method={route.method}", f"path={route.path}", f"pick={route.pick}"]
-        if route.pool:
+        if route.fresh:
+            script.append(f"shoppers={self.deal(route, self.expected(route, duration, rate))}")
+        elif route.pool:
             script.append(f"shoppers={self.pools[route.pool]}")
         if route.body is not None:
             script.append(f"body={route.body}")
         if route.orders:
             script.append(f"orders={label}-{route.key}-")
         if route.record:
-            script.append(f"record={self.pools[route.record]}")
+            script.append(f"record={record or self.pools[route.record]}")
+        if rate is not None:
+            script += [f"rate={rate:g}", f"threads={a.threads}", f"connections={a.connections}"]
         cpu_before = common.session_cpu(self.web.proc.pid)
         figures = common.run_wrk(f"api {label} {route.key}", self.urls[route.proxy], threads=a.threads,
                                  connections=a.connections, duration=duration, script=LUA, script_args=script)
@@ -406,16 +514,90 @@ class ApiBench:
             words = m.group(1).split()
             pairs = dict(zip(words[::2], words[1::2], strict=False))
             figures["wrapped"] = int(pairs.get("wrapped", 0))
+            figures["reused"] = int(pairs.get("reused", 0))
             figures["statuses"] = dict(sorted(w.split(":") for w in re.findall(r"status (\S+)", m.group(1))))
             figures["codes"] = dict(sorted(w.split(":") for w in re.findall(r"code (\S+)", m.group(1))))
+            if rate is not None:
+                figures.update(late=int(pairs.get("late", 0)), late_max_ms=float(pairs.get("latemax", 0)),
+                               pacing=pairs.get("pacing"))
         self.procs.check_alive()
-        return {k: figures.get(k) for k in ("requests_per_s", "requests", "p50_ms", "p90_ms", "p99_ms",
-                                            "latency_max_ms", "non_2xx", "socket_errors", "server_cpu_us_per_request",
-                                            "statuses", "codes", "wrapped")}
+        if rate is None and figures.get("requests_per_s"):
+            self.rates[route.key] = figures["requests_per_s"]
+        keys = ["requests_per_s", "requests", "p50_ms", "p90_ms", "p99_ms", "latency_max_ms", "non_2xx",
+                "socket_errors", "server_cpu_us_per_request", "statuses", "codes", "wrapped", "reused"]
+        return {k: figures.get(k) for k in keys + (["late", "late_max_ms", "pacing"] if rate is not None else [])}
+
+    def settle(self, timeout: float = 5.0) -> float:
+        """Wait until the web server is idle (under 12% of a core over 0.25 s): a run just before it may have
+        left requests queued (wrk closes its connections, the server still answers what it read), which would
+        be counted in a paced run's first moments. The seconds waited."""
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            before = common.session_cpu(self.web.proc.pid)
+            time.sleep(0.25)
+            if common.session_cpu(self.web.proc.pid) - before < 0.03:
+                break
+        return round(time.monotonic() - t0, 2)
+
+    # --- the held orders a confirm or release finishes ------------------------------------------------------
+
+    def held_lines(self, path: Path) -> int:
+        """The orders a consumer's threads can each finish once: the fewest of a thread's file, times threads."""
+        counts = []
+        for t in range(self.args.threads):
+            try:
+                with open(f"{path}.{t}", "rb") as f:
+                    counts.append(sum(1 for _ in f))
+            except FileNotFoundError:
+                counts.append(0)
+        return min(counts) * self.args.threads
+
+    def clear_pool(self, path: Path) -> None:
+        for t in range(self.args.threads):
+            Path(f"{path}.{t}").write_text("")
+
+    def top_up(self, unit: list[Route], route: Route, label: str, duration: float, rate: float | None = None) -> None:
+        """Before a confirm or release: enough held orders for its run (its rate times the duration, with a
+        margin), else reserve runs of the unit (not recorded) hold more, appended to the orders it will finish."""
+        feeder = next(r for r in unit if r.record == route.pool)
+        path = self.pools[feeder.record or ""]
+        need = self.expected(route, duration, rate)
+        for _ in range(3):
+            have = self.held_lines(path)
+            if have >= need:
+                return
+            feed_rate = self.rates.get(feeder.key) or self.rates.get(feeder.like or "") or 100.0
+            seconds = min(math.ceil((need - have) / feed_rate * 1.15), math.ceil(3 * duration))  # wrk: whole seconds
+            more = path.with_name(f"{path.name}_more")
+            tag = f"{label}-feed{len(self.feeds) + 1}"
+            log(f"{route.key}: {have:,} held orders for {need:,} requests: {feeder.key} for {seconds:g}s more")
+            figures = self.wrk(feeder, tag, seconds, record=more)
+            added = 0
+            for t in range(self.args.threads):
+                extra = Path(f"{more}.{t}")
+                text = extra.read_text() if extra.exists() else ""
+                with open(f"{path}.{t}", "a") as out:
+                    out.write(text)
+                added += text.count("\n")
+                extra.unlink(missing_ok=True)
+            self.feeds.append({"label": label, "route": route.key, "feeder": feeder.key, "had": have, "need": need,
+                               "seconds": seconds, "added": added, "requests_per_s": figures["requests_per_s"],
+                               "codes": figures["codes"]})
+
+    def provision(self, runs: Iterable[tuple[Route, float | None]], duration: float) -> None:
+        """The claimed coupons a phase's runs will be dealt, made before it (not between its loads); twice for
+        a reserve whose orders a confirm or release finishes (top_up may run it again)."""
+        need = sum(self.expected(route, duration, rate) * (2 if route.record else 1) for route, rate in runs
+                   if route.fresh)
+        if need > len(self.coupons):
+            self.make_coupons(need - len(self.coupons))
 
     def run(self) -> None:
         a = self.args
         units = routes(self.ids, a.proxy)
+        if a.only:  # the claim always (the ratio's base); a unit whole if any of its routes is asked for
+            units = [u for u in units if any(r.key == "claim" or r.key in a.only for r in u)]
+        self.held_pools = {r.record for u in units for r in u if r.record}
         self.report["probe"] = self.probe(units)
         if a.warmup > 0:
             log(f"== warm-up: every route for {a.warmup:g}s, not recorded")
@@ -424,21 +606,70 @@ class ApiBench:
                     self.wrk(route, "warmup", a.warmup)
         for i in range(a.rounds):
             order = units if i % 2 == 0 else units[::-1]
+            label = f"r{i + 1}"
             log(f"== round {i + 1} of {a.rounds}: {a.duration:g}s a route, wrk -t{a.threads} -c{a.connections}")
+            self.provision([(r, None) for u in order for r in u], a.duration)
             figures: dict[str, Any] = {}
             for unit in order:
                 for route in unit:
-                    figures[route.key] = self.wrk(route, f"r{i + 1}", a.duration)
+                    if route.pool in self.held_pools:
+                        self.top_up(unit, route, label, a.duration)
+                    figures[route.key] = self.wrk(route, label, a.duration)
             claim = figures["claim"]["requests_per_s"] or 0
             for f in figures.values():
                 f["x_claim"] = round(f["requests_per_s"] / claim, 4) if claim and f["requests_per_s"] else None
-            self.report["rounds"].append({"round": i + 1, "order": [r.key for u in order for r in u],
-                                          "loadavg": [round(x, 2) for x in os.getloadavg()], "routes": figures})
+            this = {"round": i + 1, "order": [r.key for u in order for r in u],
+                    "loadavg": [round(x, 2) for x in os.getloadavg()], "routes": figures}
+            self.report["rounds"].append(this)
+            if a.paced:
+                if claim:
+                    this["paced"] = self.paced(order, claim, f"{label}p")
+                    this["loadavg_paced"] = [round(x, 2) for x in os.getloadavg()]
+                else:
+                    self.report["notes"].append(f"round {i + 1}: the claim served nothing, no paced runs")
+        self.report["claimed_coupons"] = {"made": self.coupons_made, "dealt": self.dealt,
+                                          "left_unused": len(self.coupons), "feeds": self.feeds}
         self.report["checks"] = self.checks()
 
+    def paced(self, order: list[list[Route]], claim: float, label: str) -> dict[str, Any]:
+        """Each route with a goal once at its goal's rate (the goal times this round's claim requests/s),
+        a.connections connections, a.duration s; the reserve runs that only hold orders for a release run as
+        fast as they go, as long as the release's rate needs (ApiBench.top_up)."""
+        a = self.args
+        plan = [(r, max(round(r.goal * claim, 1), 1.0)) for u in order for r in u if r.goal is not None]
+        log(f"== paced: each route at its goal x the claim's {claim:,.0f} req/s, {a.duration:g}s, "
+            f"wrk -t{a.threads} -c{a.connections}")
+        self.provision(plan, a.duration)
+        rates = {r.key: rate for r, rate in plan}
+        out: dict[str, Any] = {}
+        for unit in order:
+            for route in unit:
+                if not route.recorded and route.record:  # its orders: held afresh before the release (top_up)
+                    self.clear_pool(self.pools[route.record])
+                if route.key not in rates:
+                    continue
+                rate = rates[route.key]
+                if route.pool in self.held_pools:
+                    self.top_up(unit, route, label, a.duration, rate)
+                settled = self.settle()
+                f = self.wrk(route, label, a.duration, rate=rate)
+                f["settle_s"] = settled
+                achieved = f["requests_per_s"] or 0
+                f.update(goal_x_claim=route.goal, target_rps=rate, rate_ratio=round(achieved / rate, 3),
+                         held=achieved >= HELD * rate)
+                out[route.key] = f
+        return out
+
     def checks(self) -> dict[str, Any]:
-        """After the load: a pending claim is still pending (nothing drained it), an issued one issued."""
-        out = {}
+        """After the load: a pending claim is still pending (nothing drained it), an issued one issued; how
+        many claimed coupons each status has (redeemed by a redeem or confirm, held, active again)."""
+        from django.db.models import Count
+
+        from coupons.models import Coupon
+
+        out: dict[str, Any] = {"claimed_coupons_by_status": dict(
+            Coupon.objects.filter(campaign_id=self.ids["claimed"]).values_list("status").annotate(n=Count("id"))
+            .order_by("status"))}
         for key, want in (("pending", "pending"), ("issued", "issued")):
             user, token, claim_id = self.first_line(key)
             status, body, _ = self.get(f"/api/v1/claims/{claim_id}", headers={"X-User-Id": user, "X-Token": token})
@@ -452,6 +683,8 @@ class ApiBench:
     def close(self) -> None:
         if self.folder is not None:
             shutil.rmtree(self.folder, ignore_errors=True)
+        if self.data is not None:
+            shutil.rmtree(self.data, ignore_errors=True)
         if self.stores is not None:
             if not self.args.keep_redis:  # the claim load leaves ~1M ledger entries in a shared Redis
                 with contextlib.suppress(Exception):
@@ -478,30 +711,59 @@ def span(values: list[float | None], fmt: str) -> str:
     return format(lo, fmt) if format(lo, fmt) == format(hi, fmt) else f"{format(lo, fmt)}-{format(hi, fmt)}"
 
 
-def summary(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per route over the rounds: the lowest and highest of each figure, the median ratio."""
+def code_notes(key: str, runs: list[dict[str, Any]], what: str = "") -> list[str]:
+    """The table's notes of some runs of a route: requests that used an order or coupon again, answers whose
+    business code was not 0."""
+    notes = []
+    if any(f.get("wrapped") for f in runs):
+        reused = sum(f.get("reused") or 0 for f in runs)
+        notes.append(f"{what}{'coupons' if key.endswith('_claimed') else 'orders'} reused by {reused:,} requests")
+    codes: dict[str, int] = {}
+    for f in runs:
+        for c, n in (f.get("codes") or {}).items():
+            codes[c] = codes.get(c, 0) + int(n)
+    if codes and set(codes) != {"0"} and key != "nope":
+        notes.append(f"{what}codes " + ", ".join(f"{c}: {n:,}" for c, n in sorted(codes.items())))
+    return notes
+
+
+def summary(report: dict[str, Any], p99_goal: float = 50.0) -> list[dict[str, Any]]:
+    """One row per route over the rounds: the lowest and highest of each figure, the median ratio; with the
+    paced runs, their rate and p99, and whether the route met its goal (its ratio to the claim at least the goal
+    in every round, and each paced run held its rate with a p99 within p99_goal ms)."""
     rows = []
     labels = report["labels"]
+    goals = report.get("goals", {})
     for key, label in labels.items():
         runs = [r["routes"][key] for r in report["rounds"] if key in r["routes"]]
         if not runs:
             continue
+        paced = [r["paced"][key] for r in report["rounds"] if key in r.get("paced", {})]
         ratios = [f["x_claim"] for f in runs if f.get("x_claim") is not None]
-        notes = []
-        if any(f.get("wrapped") for f in runs):
-            notes.append(f"orders reused {sum(f.get('wrapped') or 0 for f in runs):,}")
-        codes: dict[str, int] = {}
-        for f in runs:
-            for c, n in (f.get("codes") or {}).items():
-                codes[c] = codes.get(c, 0) + int(n)
-        if codes and set(codes) != {"0"} and key != "nope":
-            notes.append("codes " + ", ".join(f"{c}: {n:,}" for c, n in sorted(codes.items())))
+        notes = code_notes(key, runs)
+        if paced:
+            notes += code_notes(key, paced, "paced: ")
+            missed = [f for f in paced if not f["held"]]
+            if missed:
+                notes.append("paced: rate not held (" + ", ".join(
+                    f"{f['requests_per_s'] or 0:,.0f} of {f['target_rps']:,.0f}/s" for f in missed) + ")")
+        goal = goals.get(key)
+        met = None
+        if goal is not None and paced:
+            met = (len(ratios) == len(runs) and min(ratios) >= goal and all(f["held"] for f in paced)
+                   and all(f["p99_ms"] is not None and f["p99_ms"] <= p99_goal for f in paced))
         rows.append({"key": key, "route": label,
                      "requests_per_s": span([f["requests_per_s"] for f in runs], ",.0f"),
                      "p99_ms": span([f["p99_ms"] for f in runs], ",.1f"),
                      "x_claim": span(ratios, ".3f") if key != "claim" else "1",
                      "x_claim_median": statistics.median(ratios) if ratios else None,
                      "server_cpu_us": span([f.get("server_cpu_us_per_request") for f in runs], ",.0f"),
+                     "goal_x_claim": goal,
+                     "paced_requests_per_s": span([f["requests_per_s"] for f in paced], ",.0f"),
+                     "paced_target_rps": span([f["target_rps"] for f in paced], ",.0f"),
+                     "paced_p99_ms": span([f["p99_ms"] for f in paced], ",.1f"),
+                     "paced_held": all(f["held"] for f in paced) if paced else None,
+                     "goal_met": met,
                      "notes": "; ".join(notes)})
     return rows
 
@@ -513,11 +775,27 @@ def print_table(report: dict[str, Any]) -> None:
           f"{report['config']['workers']} web worker(s), wrk -t{report['config']['threads']} "
           f"-c{report['config']['connections']} {report['config']['duration']:g}s, {rounds} round(s) "
           "(a span is the rounds' lowest-highest)")
-    print("| route | req/s | p99 ms | x claim | server CPU us/req | notes |")
-    print("| --- | ---: | ---: | ---: | ---: | --- |")
+    paced = any("paced" in r for r in report["rounds"])
+    if not paced:
+        print("| route | req/s | p99 ms | x claim | server CPU us/req | notes |")
+        print("| --- | ---: | ---: | ---: | ---: | --- |")
+    else:
+        print(f"paced: each route with a goal at goal x the claim's req/s of its round, "
+              f"-c{report['config']['connections']}; p99 from the actual send (wrk); goal met: x claim >= goal "
+              f"and paced p99 <= {report['config']['p99_goal']:g} ms at a rate held")
+        print("| route | req/s | p99 ms | x claim | goal x | paced req/s (target) | paced p99 ms | goal met "
+              "| server CPU us/req | notes |")
+        print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- |")
     for r in report["table"]:
-        print(f"| {r['route']} | {r['requests_per_s']} | {r['p99_ms']} | {r['x_claim']} | {r['server_cpu_us']} | "
-              f"{r['notes']} |")
+        if not paced:
+            print(f"| {r['route']} | {r['requests_per_s']} | {r['p99_ms']} | {r['x_claim']} | {r['server_cpu_us']} | "
+                  f"{r['notes']} |")
+            continue
+        goal = "-" if r["goal_x_claim"] is None else f"{r['goal_x_claim']:g}"
+        rate = "-" if r["paced_target_rps"] == "-" else f"{r['paced_requests_per_s']} ({r['paced_target_rps']})"
+        met = {True: "yes", False: "no", None: "-"}[r["goal_met"]]
+        print(f"| {r['route']} | {r['requests_per_s']} | {r['p99_ms']} | {r['x_claim']} | {goal} | {rate} | "
+              f"{r['paced_p99_ms']} | {met} | {r['server_cpu_us']} | {r['notes']} |")
     for note in report["notes"]:
         print(f"NOTE: {note}")
     print(f"json: {rel(Path(report['file']))}", flush=True)
@@ -541,6 +819,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--holders", type=int, default=20_000,
                    help="shoppers holding coupons and a pending claim (20000; --quick: 5000)")
     p.add_argument("--proxy", action="store_true", help="also the public reads through nginx (deploy/nginx)")
+    p.add_argument("--only", type=lambda v: set(v.split(",")), default=set(),
+                   help="these routes only (keys, comma-separated: my_coupons,validate,...), beside the claim")
+    p.add_argument("--claimed", type=int, default=2_000,
+                   help="claimed coupons made at the set-up (2000); more are made before each round as needed")
+    p.add_argument("--paced", action="store_true",
+                   help="after each round, each route with a goal at goal x that round's claim req/s: its p99")
+    p.add_argument("--p99-goal", type=float, default=50.0, help="the paced p99 a goal allows, ms (50)")
     p.add_argument("--quick", action="store_true", help="3 s loads, 1 s warm-up, 1 round, 5,000 holders")
     p.add_argument("--force-flush", action="store_true", help="flush REDIS_URL's db even if not a bench's")
     p.add_argument("--keep-redis", action="store_true", help="don't flush the Redis db at the end")
@@ -551,8 +836,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.holders = 5_000 if args.holders == 20_000 else args.holders
     args.warmup = (1.0 if args.quick else 2.0) if args.warmup is None else args.warmup
     args.rounds = (1 if args.quick else 2) if args.rounds is None else args.rounds
-    if args.rounds < 1 or args.holders < 1:
-        p.error("--rounds and --holders must be at least 1")
+    if args.rounds < 1 or args.holders < 1 or args.claimed < 1:
+        p.error("--rounds, --holders and --claimed must be at least 1")
     return args
 
 
@@ -569,6 +854,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         bench.setup()
         report["labels"] = {r.key: r.label for u in routes(bench.ids, args.proxy) for r in u if r.recorded}
+        report["goals"] = {r.key: r.goal for u in routes(bench.ids, args.proxy) for r in u if r.goal is not None}
         bench.run()
     except Interrupted as exc:
         log(f"{exc}: stopping ...")
@@ -580,7 +866,7 @@ def main(argv: list[str] | None = None) -> int:
         procs.stop_all()
         bench.close()
     report["host"]["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
-    report["table"] = summary(report)
+    report["table"] = summary(report, args.p99_goal)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     report["file"] = str(args.output)
     args.output.write_text(json.dumps(report, indent=2, default=str) + "\n")

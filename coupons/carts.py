@@ -2,8 +2,8 @@
 
 Read-only (nothing reserved or settled) and a fixed number of queries whatever the shopper holds: one for the
 shopper's usable coupons and the codes given that are the shopper's own; then, once the other codes are counted
-by the unknown-code guard (`before_lookup`, coupons.guard), one for the typed shared codes the process does not
-remember live (coupons.guard: those it does are checked, not counted), one for the typed
+by the unknown-code guard (`before_lookup`, coupons.guard: the live shared codes the process remembers are checked,
+not counted), one for each typed shared code the process does not remember (as reserve looks it up), one for the typed
 unique codes, and one for the new-shopper audience when a candidate has it; one Redis round trip for the typed
 codes' campaigns' uses left and the shopper's uses of them (a code the shopper may no longer use is refused as
 reserve would refuse it). Every amount is campaigns.pricing's (validate_cart): nothing here computes a discount.
@@ -21,10 +21,10 @@ from django.utils import timezone
 from campaigns import pricing, redis_state
 from campaigns.models import Audience, Campaign, CampaignState, shared_code_form
 from campaigns.money import money_text
-from campaigns.services import remembered_live_campaign
+from campaigns.services import live_campaign_of_code, remembered_live_campaign
 from core.errors import Unavailable
 
-from .hot_reads import cart_coupons, live_shared_campaigns
+from .hot_reads import cart_coupons
 from .models import Coupon, CouponStatus, UniqueCode
 from .outcomes import REFUSALS, UseCode
 from .services import typed_code_form
@@ -115,9 +115,11 @@ def cart_validate(*, user_id: str, cart: pricing.Cart, codes: list[str],
     known = sum(code in shared for code in typed.values())
     before_lookup(sum(code not in own for code in typed.values()) - known, known)  # each may be a miss below
 
-    shared_wanted = [c for c in wanted if c not in own and c not in shared and shared_code_form(c) is not None]
-    shared.update({campaign.code: campaign
-                   for campaign in (live_shared_campaigns(codes=shared_wanted, now=now) if shared_wanted else [])})
+    for canonical in wanted:  # then, counted, the other shared codes (the process remembers them a moment)
+        form = shared_code_form(canonical) if canonical not in own and canonical not in shared else None
+        campaign = live_campaign_of_code(form, at=now) if form is not None else None
+        if campaign is not None:
+            shared[canonical] = campaign
     unique_wanted = {c: canonical_unique_code(c) or c for c in wanted if c not in own and c not in shared}
     unique = {
         row.code: row.campaign

@@ -1,5 +1,5 @@
 """The reads of a checkout's routes as prepared statements (core.db): a coupon and its campaign by the shopper's
-code, the coupons of a shared code's use or of an order, a cart's candidates and its live shared codes.
+code, the coupons of a shared code's use or of an order and a cart's candidates.
 
 Each ran on every reserve, confirm, redeem, release or cart through Django's ORM, whose query compiler cost more
 than PostgreSQL did (bench/api_routes.py, docs/benchmarks.md). The statements are the ORM's, written out: the same
@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from campaigns.models import Campaign, CampaignKind
+from campaigns.models import Campaign
 from core.db import ModelRows, prepared_cursor
 
 from .models import Coupon, CouponStatus
@@ -55,11 +55,6 @@ _CART = f"""{_WITH_CAMPAIGN} WHERE c.user_id = %(user)s::varchar
           AND c.expires_at >= %(second)s::timestamptz AND k.currency = %(currency)s::varchar)
          OR c.code = ANY(%(codes)s::varchar[]))
     ORDER BY c.expires_at, c.id"""
-_LIVE_SHARED = f"""SELECT {_CAMPAIGN_ROWS.columns('k')} FROM {_CAMPAIGN} k WHERE k.published_at IS NOT NULL
-    AND k.kind = '{CampaignKind.CODES.value}' AND k.code = ANY(%(codes)s::varchar[])
-    AND k.starts_at <= %(now)s::timestamptz AND k.ends_at > %(now)s::timestamptz AND NOT k.paused"""
-
-
 def own_coupon_id(*, code: str, user_id: str) -> int | None:
     """The id of the shopper's coupon of this code (canonical), or None."""
     with prepared_cursor() as cursor:
@@ -94,10 +89,3 @@ def cart_coupons(*, user_id: str, now: datetime, currency: str, codes: list[str]
     those whose code is given; soonest to expire first."""
     return _coupons(_CART, {"user": user_id, "now": now, "second": now.replace(microsecond=0),
                             "currency": currency, "codes": codes})
-
-
-def live_shared_campaigns(*, codes: list[str], now: datetime) -> list[Campaign]:
-    """The published codes campaigns, live at `now` (started, not ended, not paused), of these shared codes."""
-    with prepared_cursor() as cursor:
-        cursor.execute(_LIVE_SHARED, {"codes": codes, "now": now})
-        return [campaign_of_row(row) for row in cursor.fetchall()]

@@ -263,17 +263,22 @@ class CouponUseApi(ShopperApi):
         return response
 
     def use(self, code: str, order_id: str, key: str | None, payload: dict[str, Any],
-            run: Callable[[str], UseOutcome]) -> Response:
-        """The use `run(canonical code)` for order `order_id` of the coupon the shopper typed as `code`, under the
-        request's Idempotency-Key (`payload`: what a repeat of the key must match) and, unless the code is the
-        shopper's own, the unknown-code guard (coupons.guard)."""
+            run: Callable[[str, int | None], UseOutcome]) -> Response:
+        """The use `run(canonical code, own coupon id)` for order `order_id` of the coupon the shopper typed as
+        `code`, under the request's Idempotency-Key (`payload`: what a repeat of the key must match) and, unless
+        the code is the shopper's own, the unknown-code guard (coupons.guard). The guard's check of the shopper's
+        own finds the shopper's coupon of that code: the use does not look it up again."""
         canonical, endpoint = coupon_endpoint(code, self.operation, self.user_id, self.ip)
+        own_coupon: list[int | None] = [None]
+
+        def own() -> bool:
+            is_own, own_coupon[0] = code_is_own(code=canonical, user_id=self.user_id, order_id=order_id)
+            return is_own
+
         return answer_response(run_idempotent(
             user_id=self.user_id, endpoint=endpoint, key=key, payload=payload, apart=self.creates_use,
-            execute=guarded(self.user_id, self.ip,
-                            own=lambda: code_is_own(code=canonical, user_id=self.user_id, order_id=order_id),
-                            known=lambda: known_shared_code(canonical),
-                            execute=lambda: Answer(200, run(canonical).body())),
+            execute=guarded(self.user_id, self.ip, own=own, known=lambda: known_shared_code(canonical),
+                            execute=lambda: Answer(200, run(canonical, own_coupon[0]).body())),
         ))
 
 
@@ -306,7 +311,8 @@ class CouponRedeemApi(CouponUseApi):
         key = idempotency_key(request._request, required=True)
         order = order_of(self.validated(self.InputSerializer), self.request.user)
         return self.use(code, order.order_id, key, order.fingerprint_payload(),
-                        lambda canonical: coupon_redeem(user_id=self.user_id, code=canonical, order=order))
+                        lambda canonical, own: coupon_redeem(user_id=self.user_id, code=canonical, order=order,
+                                                             own=own))
 
 
 class CouponReserveApi(CouponUseApi):
@@ -346,8 +352,8 @@ class CouponReserveApi(CouponUseApi):
         data = self.validated(self.InputSerializer)
         order, hold_seconds = order_of(data, self.request.user), data["hold_seconds"]
         return self.use(code, order.order_id, key, {**order.fingerprint_payload(), "hold": hold_seconds},
-                        lambda canonical: coupon_reserve(user_id=self.user_id, code=canonical, order=order,
-                                                         hold_seconds=hold_seconds))
+                        lambda canonical, own: coupon_reserve(user_id=self.user_id, code=canonical, order=order,
+                                                              hold_seconds=hold_seconds, own=own))
 
 
 class CouponConfirmApi(CouponUseApi):
@@ -379,7 +385,8 @@ class CouponConfirmApi(CouponUseApi):
         key = idempotency_key(request._request)
         order_id = self.validated(self.InputSerializer)["order_id"]
         return self.use(code, order_id, key, {"order_id": order_id},
-                        lambda canonical: coupon_confirm(user_id=self.user_id, code=canonical, order_id=order_id))
+                        lambda canonical, own: coupon_confirm(user_id=self.user_id, code=canonical,
+                                                              order_id=order_id, own=own))
 
 
 class CouponReleaseApi(CouponUseApi):
@@ -409,7 +416,8 @@ class CouponReleaseApi(CouponUseApi):
         key = idempotency_key(request._request)
         order_id = self.validated(self.InputSerializer)["order_id"]
         return self.use(code, order_id, key, {"order_id": order_id},
-                        lambda canonical: coupon_release(user_id=self.user_id, code=canonical, order_id=order_id))
+                        lambda canonical, own: coupon_release(user_id=self.user_id, code=canonical,
+                                                              order_id=order_id, own=own))
 
 
 # --- carts --------------------------------------------------------------------------------------------------

@@ -38,7 +38,8 @@ def coupons_settle_due(*, user_id: str) -> int:
     return changed
 
 
-def coupon_redeem(*, user_id: str, code: str, order: Order, source: str = "api") -> UseOutcome:
+def coupon_redeem(*, user_id: str, code: str, order: Order, source: str = "api", own: int | None = None
+                  ) -> UseOutcome:
     """Redeem a coupon for an order in one step (also completes this order's own hold)."""
 
     def decide(coupon: Coupon, now: datetime) -> UseOutcome | None:
@@ -69,7 +70,7 @@ def coupon_redeem(*, user_id: str, code: str, order: Order, source: str = "api")
             "hold_until": None, "redeemed_at": now})
 
     return _code_used(code, user_id, order.order_id, decide, new_use=order, first_use=(redeem_change, _redeemed),
-                      source=source)
+                      source=source, own=own)
 
 
 def _use_written(coupon: Coupon, change: Change, source: str) -> UseOutcome | bool:
@@ -91,7 +92,8 @@ def _redeemed(coupon: Coupon) -> UseOutcome:
 
 
 def coupon_reserve(
-    *, user_id: str, code: str, order: Order, hold_seconds: int = HOLD_SECONDS_DEFAULT, source: str = "api"
+    *, user_id: str, code: str, order: Order, hold_seconds: int = HOLD_SECONDS_DEFAULT, source: str = "api",
+    own: int | None = None,
 ) -> UseOutcome:
     """Hold a coupon for an order awaiting payment, until now + hold_seconds (confirm or release it)."""
     if not 1 <= hold_seconds <= HOLD_SECONDS_MAX:
@@ -128,7 +130,7 @@ def coupon_reserve(
             "hold_until": hold_until})
 
     return _code_used(code, user_id, order.order_id, decide, new_use=order, first_use=(reserve_change, _reserved),
-                      source=source)
+                      source=source, own=own)
 
 
 def _reserved(coupon: Coupon) -> UseOutcome:
@@ -137,7 +139,8 @@ def _reserved(coupon: Coupon) -> UseOutcome:
                 hold_until=coupon.hold_until, **answer)
 
 
-def coupon_confirm(*, user_id: str, code: str, order_id: str, source: str = "api") -> UseOutcome:
+def coupon_confirm(*, user_id: str, code: str, order_id: str, source: str = "api", own: int | None = None
+                   ) -> UseOutcome:
     """The held order was paid: turn its hold into a redemption."""
 
     def decide(coupon: Coupon, now: datetime) -> UseOutcome | None:
@@ -163,10 +166,11 @@ def coupon_confirm(*, user_id: str, code: str, order_id: str, source: str = "api
             return refused(UseCode.EXPIRED)
         return refused(UseCode.NOT_HELD)
 
-    return _code_used(code, user_id, order_id, decide, absent=refused(UseCode.NOT_HELD), source=source)
+    return _code_used(code, user_id, order_id, decide, absent=refused(UseCode.NOT_HELD), source=source, own=own)
 
 
-def coupon_release(*, user_id: str, code: str, order_id: str, source: str = "api") -> UseOutcome:
+def coupon_release(*, user_id: str, code: str, order_id: str, source: str = "api", own: int | None = None
+                   ) -> UseOutcome:
     """Undo this order's hold or redemption (cancelled or unpaid): usable again if still valid. Idempotent."""
 
     def decide(coupon: Coupon, now: datetime) -> UseOutcome | None:
@@ -192,7 +196,7 @@ def coupon_release(*, user_id: str, code: str, order_id: str, source: str = "api
         return done("released", coupon_status=coupon.status)
 
     return _code_used(code, user_id, order_id, decide, absent=done("released", coupon_status=CouponStatus.REVOKED),
-                      source=source)
+                      source=source, own=own)
 
 
 def coupon_revoke(*, coupon: Coupon, source: str, reason: str, restocked: bool = False) -> UseOutcome:

@@ -39,14 +39,20 @@ def test_reserve_confirm_release_of_a_claimed_coupon_read_and_change_it_through_
         confirmed = use(client, coupon.code, "confirm")
         released = use(client, coupon.code, "release")
 
-    # then: the answers and events as ever, and no statement on coupons or campaigns compiled by the ORM (the
-    # reserve asks whether the code is a live shared code: campaigns.services.live_campaign_of_code)
+    # then: the answers and events as ever, no statement on coupons or campaigns compiled by the ORM, none
+    # asking whether a claimed coupon's code is a live shared code (it is the shopper's own, looked up first),
+    # and the coupon's id found once a use, by the guard's check that the code is the shopper's own
     assert [answer(r) for r in (reserved, confirmed, released)] == [
         (200, 0, "reserved"), (200, 0, "redeemed"), (200, 0, "released")]
     assert [t for t, _ in events_of(coupon)] == ["issued", "reserved", "redeemed", "released"]
     assert_rows_agree_with_events()
     compiled = [q["sql"] for q in queries.captured_queries if any(table in q["sql"] for table in ORM_TABLES)]
     assert compiled == []
+    campaign_reads = [q["sql"] for q in queries.captured_queries if "k.published_at IS NOT NULL" in q["sql"]]
+    assert campaign_reads == []
+    own_lookups = [q["sql"] for q in queries.captured_queries
+                   if q["sql"].startswith(("WITH own AS", "SELECT c.id FROM"))]
+    assert len(own_lookups) == 3 and all(sql.startswith("WITH own AS") for sql in own_lookups)
 
 
 def test_the_prepared_reads_build_the_objects_the_orm_builds(client, live_campaign) -> None:

@@ -1,8 +1,9 @@
 """Idempotency-Key for the coupon and cancel endpoints, per the IETF draft, kept in PostgreSQL.
 
 The first request with a key claims it (a committed 'in flight' row, so a concurrent twin sees it and gets
-409), runs, and stores its answer in the same transaction as its effect (a reserve's or redeem's right after it:
-run_idempotent's `apart`). A repeat with the same request
+409), runs, and stores its answer in the same transaction as its effect: a shared code's first use stores it in
+its batch's statement (coupons.services.first_uses, told the key by `answer_pending()`); another reserve or
+redeem right after its own transaction (run_idempotent's `apart`). A repeat with the same request
 replays the answer; with a different request it is 422. Answers that failed before anything was decided
 (400, 401, 404, 503: exceptions) are not stored: the key is free again; but after a 503 whose outcome is not
 known yet (core.errors.OutcomeUnknown) the key stays in flight.
@@ -13,6 +14,7 @@ import hashlib
 import json
 from collections.abc import Callable
 from contextlib import nullcontext
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -50,6 +52,30 @@ class Answer:
     status: int
     body: dict[str, Any]
     replayed: bool = False
+
+
+@dataclass
+class PendingAnswer:
+    """The key of the use running in this thread under run_idempotent(apart=True): a batch that writes the use
+    may store its answer in its own statement (`answer_text`, the bytes a replay sends) and set `answered`
+    once committed; run_idempotent then stores nothing more."""
+
+    user_id: str
+    endpoint: str
+    key: str
+    answered: bool = False
+
+    @staticmethod
+    def answer_text(body: dict[str, Any]) -> str:
+        return json.dumps(body)  # as run_idempotent stores it
+
+
+_pending: ContextVar[PendingAnswer | None] = ContextVar("idempotency_pending", default=None)
+
+
+def answer_pending() -> PendingAnswer | None:
+    """The Idempotency-Key whose answer the use running in this thread may store with its effect, if any."""
+    return _pending.get()
 
 
 def fingerprint(payload: dict[str, Any]) -> str:
@@ -110,11 +136,18 @@ def run_idempotent(
             return Answer(record.response_status, json.loads(record.response_body), replayed=True)
         if not _take_over(record, digest):
             raise IdempotencyInFlight()
+    pending = PendingAnswer(user_id, endpoint, key) if apart else None
     try:
         with nullcontext() if apart else transaction.atomic():
-            answer = execute()
-            with prepared_cursor() as cursor:
-                cursor.execute(_ANSWERED, [answer.status, json.dumps(answer.body), user_id, endpoint, key])
+            token = _pending.set(pending)
+            try:
+                answer = execute()
+            finally:
+                _pending.reset(token)
+            if pending is None or not pending.answered:
+                with prepared_cursor() as cursor:
+                    cursor.execute(_ANSWERED, [answer.status, PendingAnswer.answer_text(answer.body), user_id,
+                                               endpoint, key])
     except BaseException as exc:
         if not isinstance(exc, OutcomeUnknown):  # else its effect may yet commit: the key stays in flight
             with prepared_cursor() as cursor:

@@ -21,7 +21,8 @@ from webhooks.outbox import delivery_trigger
 
 from ..codes import new_codes
 from ..events_out import coupon_event_payload, new_coupon_out_ctes
-from ..models import Coupon, CouponEvent
+from ..idempotency import PendingAnswer, answer_pending
+from ..models import Coupon, CouponEvent, IdempotencyRecord
 from ..outcomes import UseCode, UseOutcome, jsonable, refused
 from .order import Order, _order_lock_key
 from .takes import _give_back_after_failure, _run_takes
@@ -35,7 +36,7 @@ Plan = Callable[[Coupon, datetime, "tuple[Coupon, ...] | None"], "UseOutcome | C
 FirstUse = tuple[Plan, Callable[[Coupon], UseOutcome]]
 
 
-_COUPON, _EVENT = Coupon._meta.db_table, CouponEvent._meta.db_table
+_COUPON, _EVENT, _KEY = Coupon._meta.db_table, CouponEvent._meta.db_table, IdempotencyRecord._meta.db_table
 
 
 # A batch of first uses (_write_first_uses), its three statements. The locks of each use, in _shared_use's order
@@ -57,15 +58,17 @@ WHERE NOT EXISTS (SELECT 1 FROM {_COUPON} c WHERE c.code = i.code AND c.user_id 
 
 
 def _first_uses_sql() -> str:
-    """The uses' coupons in their state after the use, their issued events and use events, their webhooks: one
-    statement for the batch; a coupon whose code is taken after all is not written (ON CONFLICT)."""
+    """The uses' coupons in their state after the use, their issued events and use events, their webhooks and
+    their Idempotency-Keys' answers: one statement for the batch; a coupon whose code is taken after all is not
+    written (ON CONFLICT), nor its answer."""
     used = {event: f"(SELECT * FROM w WHERE w.event = '{event}') AS u" for event in ("redeemed", "reserved")}
     return f"""WITH i AS MATERIALIZED (
     SELECT * FROM jsonb_to_recordset(%s::jsonb) AS r (
         code varchar, campaign int, usr varchar, claim varchar, status varchar, valid_from timestamptz,
         expires_at timestamptz, ord varchar, hold_until timestamptz, order_amount numeric, discount numeric,
         shares jsonb, redeemed_at timestamptz, issued_at timestamptz, used_at timestamptz, event varchar,
-        source varchar, issued jsonb, used jsonb, issued_out jsonb, used_out jsonb)
+        source varchar, issued jsonb, used jsonb, issued_out jsonb, used_out jsonb, key_user varchar,
+        key_endpoint varchar, key varchar, answer text)
 ), c AS (
     INSERT INTO {_COUPON} (code, campaign_id, user_id, claim_id, status, valid_from, expires_at, order_id,
                            hold_until, order_amount, discount, shares, redeemed_at, version, created_at, updated_at)
@@ -81,6 +84,9 @@ def _first_uses_sql() -> str:
     FROM w CROSS JOIN LATERAL (VALUES (1, 'issued', w.issued, w.issued_at),
                                       (2, w.event, w.used, w.used_at)) AS v (n, type, data, at)
     ORDER BY w.id, v.n
+), answered AS (
+    UPDATE {_KEY} r SET in_flight = false, response_status = 200, response_body = w.answer
+    FROM w WHERE w.key IS NOT NULL AND r.user_id = w.key_user AND r.endpoint = w.key_endpoint AND r.key = w.key
 ){new_coupon_out_ctes("issued_out", "issued", source="w", alias="w", data="w.issued_out")}{
         new_coupon_out_ctes("redeemed_out", "redeemed", source=used["redeemed"], alias="u", data="u.used_out")}{
         new_coupon_out_ctes("reserved_out", "reserved", source=used["reserved"], alias="u", data="u.used_out")}
@@ -103,6 +109,15 @@ class _FirstUse:
     now: datetime
     source: str
     answer: Callable[[Coupon], UseOutcome]
+    key: PendingAnswer | None  # the request's Idempotency-Key, its answer stored with the use
+
+    def outcome(self) -> UseOutcome:
+        """The use's answer as written (its coupon's fields set; its id once the statement gives it)."""
+        coupon = self.coupon
+        coupon.status, coupon.version = self.change.to, 2
+        for name, value in self.fields.items():
+            setattr(coupon, name, value)
+        return self.answer(coupon)
 
     @property
     def lock(self) -> str:  # the use's lock (_use_prefix)
@@ -116,8 +131,8 @@ class _FirstUse:
     def fields(self) -> dict[str, Any]:  # the coupon's fields after the use (those the use leaves unset: None)
         return {"hold_until": None, "redeemed_at": None, **self.change.fields}
 
-    def row(self) -> dict[str, Any]:
-        coupon, change, campaign, fields = self.coupon, self.change, self.campaign, self.fields
+    def row(self, outcome: UseOutcome) -> dict[str, Any]:
+        coupon, change, campaign, fields, key = self.coupon, self.change, self.campaign, self.fields, self.key
         return {
             "code": coupon.code, "campaign": campaign.pk, "usr": coupon.user_id, "claim": coupon.claim_id,
             "status": change.to, "valid_from": jsonable(coupon.valid_from), "expires_at": jsonable(coupon.expires_at),
@@ -130,14 +145,9 @@ class _FirstUse:
             "issued_out": _out_data(coupon, "issued", {"shared_code": campaign.code,
                                                       "order_id": fields["order_id"]}, "active"),
             "used_out": _out_data(coupon, change.event, change.data, change.to),
+            "key_user": key and key.user_id, "key_endpoint": key and key.endpoint, "key": key and key.key,
+            "answer": key and PendingAnswer.answer_text(outcome.body()),
         }
-
-    def written(self, pk: int) -> UseOutcome:
-        coupon = self.coupon
-        coupon.pk, coupon.status, coupon.version = pk, self.change.to, 2
-        for name, value in self.fields.items():
-            setattr(coupon, name, value)
-        return self.answer(coupon)
 
 
 def _first_shared_use(campaign: Campaign, code: str, user_id: str, order: Order, first_use: FirstUse, *,
@@ -165,7 +175,8 @@ def _first_shared_use(campaign: Campaign, code: str, user_id: str, order: Order,
         return None  # e.g. another currency: answered as the general path does
     if isinstance(change, UseOutcome):
         return None
-    use = _FirstUse(campaign=campaign, typed=code, coupon=coupon, change=change, now=now, source=source, answer=answer)
+    use = _FirstUse(campaign=campaign, typed=code, coupon=coupon, change=change, now=now, source=source, answer=answer,
+                    key=answer_pending())
     if connection.in_atomic_block:
         return _write_first_uses([use])[0]
     outcome: UseOutcome | None = _FIRST_USES.run(use)
@@ -215,7 +226,8 @@ def _write_first_uses(uses: Sequence[_FirstUse]) -> list[UseOutcome | None]:
                     # else not live in Redis or no state there: _shared_use's take decides (preheat, 404, 503)
                 if not taken:
                     return outcomes
-                cursor.execute(_FIRST_USES_SQL, [json.dumps([uses[n].row() for n in taken])])
+                answers = {n: uses[n].outcome() for n in taken}
+                cursor.execute(_FIRST_USES_SQL, [json.dumps([uses[n].row(answers[n]) for n in taken])])
                 rows = cursor.fetchall()
             written = {claim: pk for claim, pk, _ in rows}
             if rows and rows[0][2]:
@@ -223,8 +235,13 @@ def _write_first_uses(uses: Sequence[_FirstUse]) -> list[UseOutcome | None]:
             for n in taken:
                 pk = written.get(uses[n].coupon.claim_id)
                 if pk is not None:
-                    outcomes[n] = uses[n].written(pk)
+                    uses[n].coupon.pk = pk
+                    outcomes[n] = answers[n]
         not_written = [n for n in taken if outcomes[n] is None]
+        for n in taken:  # committed: their keys' answers are stored
+            key = uses[n].key
+            if key is not None and outcomes[n] is not None:
+                key.answered = True
     except BaseException:
         for n in attempted:
             _give_back_after_failure(uses[n].coupon)

@@ -7,6 +7,7 @@ Real PostgreSQL and Redis.
 """
 from __future__ import annotations
 
+import json
 import threading
 from decimal import Decimal
 from typing import Any
@@ -271,3 +272,32 @@ def test_a_batch_that_fails_gives_its_takes_back_and_each_use_is_decided_alone(s
     assert Coupon.objects.filter(campaign=campaign).count() == 20 and uses_left(campaign) == 10
     assert int(redis_client().hget(campaign_keys(campaign.pk).users, "refused") or 0) == 0
     assert_balanced(campaign)
+
+
+@pytest.mark.parametrize("action", ["redeem", "reserve"])
+def test_a_first_uses_answer_is_stored_by_the_batchs_own_statement_and_replayed(shared_code, client, action) -> None:
+    from django.db import reset_queries
+
+    from coupons.models import IdempotencyRecord
+
+    from .use_helpers import use
+
+    # given a live shared code
+    shared_code()
+
+    # when alice's order uses it under an Idempotency-Key, then asks again with the same key
+    reset_queries()  # as the request's start does: the capture's slice starts at 0
+    with CaptureQueriesContext(connection) as queries:
+        first = use(client, "SAVE50", action, key="K1")
+    statements = [q["sql"] for q in queries.captured_queries]  # read now: the next request's start clears them
+    again = use(client, "SAVE50", action, key="K1")
+
+    # then the key's answer was written by the statement that wrote the use (atomic with it: no answer of a use
+    # that rolled back, no use without its answer), not by a statement of its own after it, and is replayed
+    record = IdempotencyRecord.objects.get(user_id="alice", key="K1")
+    assert (record.in_flight, record.response_status, first.status_code) == (False, 200, 200)
+    assert json.loads(record.response_body) == first.json()
+    assert first.json()["status"] == {"redeem": "redeemed", "reserve": "reserved"}[action]
+    answered_apart = [sql for sql in statements if sql.startswith("UPDATE coupons_idempotency")]
+    assert answered_apart == []
+    assert (again.content, again["Idempotent-Replayed"]) == (first.content, "true")

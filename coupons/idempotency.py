@@ -1,9 +1,10 @@
 """Idempotency-Key for the coupon and cancel endpoints, per the IETF draft, kept in PostgreSQL.
 
 The first request with a key claims it (a committed 'in flight' row, so a concurrent twin sees it and gets
-409), runs, and stores its answer in the same transaction as its effect: a shared code's first use stores it in
-its batch's statement (coupons.services.first_uses, told the key by `answer_pending()`); another reserve or
-redeem right after its own transaction (run_idempotent's `apart`). A repeat with the same request
+409), runs, and stores its answer in the same transaction as its effect, by the statement that writes the use
+where it can (a shared code's first use: its batch's statement, coupons.services.first_uses; a coupon's redeem,
+reserve or confirm: its change's, coupons.services.transitions; told the key by `answer_pending()`), else right
+after it (run_idempotent's `apart`: a reserve or redeem commits its own transaction). A repeat with the same request
 replays the answer; with a different request it is 422. Answers that failed before anything was decided
 (400, 401, 404, 503: exceptions) are not stored: the key is free again; but after a 503 whose outcome is not
 known yet (core.errors.OutcomeUnknown) the key stays in flight.
@@ -56,18 +57,27 @@ class Answer:
 
 @dataclass
 class PendingAnswer:
-    """The key of the use running in this thread under run_idempotent(apart=True): a batch that writes the use
-    may store its answer in its own statement (`answer_text`, the bytes a replay sends) and set `answered`
-    once committed; run_idempotent then stores nothing more."""
+    """The key of the use running in this thread under run_idempotent: the statement that writes the use may
+    store its answer too (`answer_text`, the bytes a replay sends) and set `stored`; `answered` once that is
+    committed. run_idempotent then stores nothing more (`apart`: once committed; else in its own transaction)."""
 
     user_id: str
     endpoint: str
     key: str
+    stored: bool = False
     answered: bool = False
 
     @staticmethod
     def answer_text(body: dict[str, Any]) -> str:
         return json.dumps(body)  # as run_idempotent stores it
+
+    def written(self) -> None:
+        """The use's statement stored the answer: answered when its transaction commits."""
+        self.stored = True
+        transaction.on_commit(self._committed)
+
+    def _committed(self) -> None:
+        self.answered = True
 
 
 _pending: ContextVar[PendingAnswer | None] = ContextVar("idempotency_pending", default=None)
@@ -136,7 +146,7 @@ def run_idempotent(
             return Answer(record.response_status, json.loads(record.response_body), replayed=True)
         if not _take_over(record, digest):
             raise IdempotencyInFlight()
-    pending = PendingAnswer(user_id, endpoint, key) if apart else None
+    pending = PendingAnswer(user_id, endpoint, key)
     try:
         with nullcontext() if apart else transaction.atomic():
             token = _pending.set(pending)
@@ -144,7 +154,7 @@ def run_idempotent(
                 answer = execute()
             finally:
                 _pending.reset(token)
-            if pending is None or not pending.answered:
+            if not (pending.answered if apart else pending.stored):
                 with prepared_cursor() as cursor:
                     cursor.execute(_ANSWERED, [answer.status, PendingAnswer.answer_text(answer.body), user_id,
                                                endpoint, key])

@@ -241,7 +241,7 @@ def _write_first_uses(uses: Sequence[_FirstUse]) -> list[UseOutcome | None]:
         for n in taken:  # committed: their keys' answers are stored
             key = uses[n].key
             if key is not None and outcomes[n] is not None:
-                key.answered = True
+                key.stored = key.answered = True
     except BaseException:
         for n in attempted:
             _give_back_after_failure(uses[n].coupon)

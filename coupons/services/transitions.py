@@ -12,6 +12,7 @@ event nor webhook), the event and its webhook written only when the coupon was.
 """
 from __future__ import annotations
 
+import copy
 import functools
 import json
 from collections.abc import Callable, Sequence
@@ -29,7 +30,8 @@ from webhooks.outbox import delivery_trigger, outbox_ctes
 
 from .. import budget
 from ..events_out import OUT, coupon_event_payload
-from ..models import Coupon, CouponEvent, CouponEventType, CouponStatus
+from ..idempotency import PendingAnswer, answer_pending
+from ..models import Coupon, CouponEvent, CouponEventType, CouponStatus, IdempotencyRecord
 from ..outcomes import UseOutcome, jsonable
 
 _COUPON, _EVENT = Coupon._meta.db_table, CouponEvent._meta.db_table
@@ -40,9 +42,10 @@ _CASTS = {"order_id": "varchar", "hold_until": "timestamptz", "order_amount": "n
 
 
 @functools.cache
-def _statement(event: str, fields: tuple[str, ...], guards: tuple[str, ...]) -> str:
+def _statement(event: str, fields: tuple[str, ...], guards: tuple[str, ...], answers: bool = False) -> str:
     """The statement of a change of `event` setting `fields` (besides status, version, updated_at) on a coupon
-    unchanged since it was read (its status and version, and `guards`' values)."""
+    unchanged since it was read (its status and version, and `guards`' values); `answers`: and storing the
+    request's Idempotency-Key's answer if it did (coupons.idempotency.PendingAnswer)."""
     sets = "".join(f", {_FIELDS[name].column} = %({name})s::{_CASTS[name]}" for name in fields)
     where = "".join(f" AND {_FIELDS[name].column} = %(g_{name})s::{_CASTS[name]}" for name in guards)
     out = OUT.get(event)
@@ -56,8 +59,16 @@ def _statement(event: str, fields: tuple[str, ...], guards: tuple[str, ...]) -> 
     INSERT INTO {_EVENT} (coupon_id, campaign_id, type, data, source, created_at)
     SELECT u.id, u.campaign_id, %(event)s::varchar, %(data)s::jsonb, %(source)s::varchar, %(now)s::timestamptz
     FROM u
-){webhook}
+){webhook}{_ANSWERED if answers else ""}
 SELECT (SELECT count(*) FROM u), {"(SELECT count(*) FROM out)" if out is not None else "0"}"""
+
+
+_ANSWERED = f""", answered AS (
+    UPDATE {IdempotencyRecord._meta.db_table} SET in_flight = false, response_status = 200,
+                                                response_body = %(answer)s::text
+    WHERE EXISTS (SELECT 1 FROM u) AND user_id = %(key_user)s::varchar AND endpoint = %(key_endpoint)s::varchar
+      AND key = %(key)s::varchar
+)"""
 
 
 def _db_value(name: str, value: Any) -> Any:
@@ -68,10 +79,12 @@ def _db_value(name: str, value: Any) -> Any:
 
 
 def transition_write(coupon: Coupon, *, to: str, event: str, source: str, data: dict[str, Any], now: datetime,
-                     guard: dict[str, Any], fields: dict[str, Any]) -> bool:
+                     guard: dict[str, Any], fields: dict[str, Any], key: PendingAnswer | None = None,
+                     answer: str | None = None) -> bool:
     """Move `coupon` to `to` with `fields` if its row still has the status and version it was read with (and
-    `guard`'s values), writing its `event` (with `data`) and the event's webhook; False, nothing written, when
-    it changed meanwhile. Call inside the transaction of the change. The coupon object is left as it was."""
+    `guard`'s values), writing its `event` (with `data`) and the event's webhook, and `key`'s `answer` (the
+    request's Idempotency-Key: key.written()); False, nothing written, when it changed meanwhile. Call inside
+    the transaction of the change. The coupon object is left as it was."""
     names: Sequence[str] = tuple(sorted(fields))
     guards: Sequence[str] = tuple(sorted(guard))
     params: dict[str, Any] = {
@@ -83,11 +96,16 @@ def transition_write(coupon: Coupon, *, to: str, event: str, source: str, data: 
     }
     if event in OUT:
         params["out"] = json.dumps(coupon_event_payload(coupon, event, data, status=to), separators=(",", ":"))
+    answers = key is not None and answer is not None
+    if key is not None and answer is not None:
+        params.update(answer=answer, key_user=key.user_id, key_endpoint=key.endpoint, key=key.key)
     with prepared_cursor() as cursor:
-        cursor.execute(_statement(event, tuple(names), tuple(guards)), params)
+        cursor.execute(_statement(event, tuple(names), tuple(guards), answers), params)
         changed, webhooks = cursor.fetchone()
     if webhooks:
         transaction.on_commit(delivery_trigger.request)
+    if changed and key is not None and answers:
+        key.written()
     return bool(changed)
 
 
@@ -116,18 +134,27 @@ class Contention(Unavailable):
 
 def _transition(
     coupon: Coupon, *, to: str, event: str, source: str, data: dict[str, Any], guard: dict[str, Any] | None = None,
-    **fields: Any,
+    answer: Callable[[Coupon], UseOutcome] | None = None, **fields: Any,
 ) -> bool:
     """Move the coupon to `to` if nobody changed it since it was read; write the event. Call in atomic.
 
-    `guard` adds conditions on fields a change depends on that are not state changes (expires_at).
+    `guard` adds conditions on fields a change depends on that are not state changes (expires_at). `answer`:
+    the use's answer once changed, stored under the request's Idempotency-Key by the same statement.
     """
     if coupon.version == 1:  # its claim's settled record shows it as issued: PostgreSQL answers from this change on
         claims_changed([coupon.claim_id])
     was = budget.holds(coupon.status, coupon.discount)
-    # The UPDATE, its event and its webhook (in this transaction): one prepared statement (transition_write)
+    key = answer_pending() if answer is not None else None
+    text = None
+    if key is not None and answer is not None:  # the answer the request gives if the change is written
+        after = copy.copy(coupon)
+        after.status, after.version = to, coupon.version + 1
+        for name, value in fields.items():
+            setattr(after, name, value)
+        text = PendingAnswer.answer_text(answer(after).body())
+    # The UPDATE, its event, its webhook and the answer (in this transaction): one prepared statement
     if not transition_write(coupon, to=to, event=event, source=source, data=data, now=timezone.now(),
-                            guard=guard or {}, fields=fields):
+                            guard=guard or {}, fields=fields, key=key, answer=text):
         return False
     coupon.status = to
     coupon.version += 1

@@ -2,6 +2,7 @@
 extend), and the settling of a shopper's due coupons."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from django.db import transaction
@@ -52,7 +53,7 @@ def coupon_redeem(*, user_id: str, code: str, order: Order, source: str = "api",
         change = redeem_change(coupon, now)
         if isinstance(change, UseOutcome):
             return change
-        written = _use_written(coupon, change, source)
+        written = _use_written(coupon, change, source, _redeemed)
         if not written or isinstance(written, UseOutcome):
             return written or None
         return _redeemed(coupon)
@@ -73,7 +74,8 @@ def coupon_redeem(*, user_id: str, code: str, order: Order, source: str = "api",
                       source=source, own=own)
 
 
-def _use_written(coupon: Coupon, change: Change, source: str) -> UseOutcome | bool:
+def _use_written(coupon: Coupon, change: Change, source: str, answer: Callable[[Coupon], UseOutcome]
+                 ) -> UseOutcome | bool:
     """Write a reserve's or redeem's change, its discount taken from the campaign's budget first (coupons.budget,
     nothing for a campaign without one): True written, False beaten by a race (nothing changed, nothing kept), or
     the budget's refusal (22)."""
@@ -81,7 +83,7 @@ def _use_written(coupon: Coupon, change: Change, source: str) -> UseOutcome | bo
     refusal = budget.take(coupon, discount)
     if refusal is not None:
         return refusal
-    if not _transition(coupon, source=source, **change.arguments()):
+    if not _transition(coupon, source=source, answer=answer, **change.arguments()):
         budget.untake(coupon, discount)
         return False
     return True
@@ -111,7 +113,7 @@ def coupon_reserve(
         change = reserve_change(coupon, now)
         if isinstance(change, UseOutcome):
             return change
-        written = _use_written(coupon, change, source)
+        written = _use_written(coupon, change, source, _reserved)
         if not written or isinstance(written, UseOutcome):
             return written or None
         return _reserved(coupon)
@@ -150,7 +152,7 @@ def coupon_confirm(*, user_id: str, code: str, order_id: str, source: str = "api
             data = {"order_id": order_id, "order_amount": coupon.order_amount, "discount": coupon.discount,
                     "confirmed": True}
             if not _transition(coupon, to=CouponStatus.REDEEMED, event=CouponEventType.REDEEMED, source=source,
-                               data=data, hold_until=None, redeemed_at=now):
+                               data=data, answer=_redeemed, hold_until=None, redeemed_at=now):
                 return None
             return _redeemed(coupon)
         if coupon.status == CouponStatus.REDEEMED:

@@ -5,9 +5,11 @@ Real PostgreSQL and Redis, requests through Django's test client.
 """
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -79,3 +81,36 @@ def test_the_prepared_reads_build_the_objects_the_orm_builds(client, live_campai
     assert hot_reads.order_coupons(user_id="alice", order_id=ORDER["order_id"], now=now + timedelta(hours=2),
                                    exclude=None) == []  # a hold lapsed by then bears on no pricing
     assert hot_reads.order_coupons(user_id="alice", order_id=ORDER["order_id"], now=now, exclude=coupon.pk) == []
+
+
+@pytest.mark.django_db(transaction=True)  # a reserve's or redeem's transaction commits (its answer counts once it has)
+def test_a_coupons_use_stores_its_keys_answer_in_the_statement_that_changes_it(client, live_campaign) -> None:
+    from django.db import reset_queries
+
+    from coupons.models import IdempotencyRecord
+
+    # given: two of alice's claimed coupons
+    first, second = issued_coupon(live_campaign, "alice"), issued_coupon(live_campaign, "alice")
+
+    # when: one is redeemed, the other reserved then confirmed, each under an Idempotency-Key
+    answers, statements = [], []
+    for code, action, key in ((first.code, "redeem", "k1"), (second.code, "reserve", "k2"),
+                              (second.code, "confirm", "k3")):
+        reset_queries()  # as each request's start does: the capture's slice starts at 0
+        with CaptureQueriesContext(connection) as queries:
+            answers.append(use(client, code, action, key=key, body={**ORDER, "order_id": "B-1"}
+                               if action != "confirm" else {"order_id": "B-1"}))
+        statements += [q["sql"] for q in queries.captured_queries]
+    replays = [use(client, code, action, key=key, body={**ORDER, "order_id": "B-1"}
+                   if action != "confirm" else {"order_id": "B-1"})
+               for code, action, key in ((first.code, "redeem", "k1"), (second.code, "reserve", "k2"))]
+
+    # then: each key's answer was written by the use's own statement (atomic with it), none by one of its own
+    assert [answer(r) for r in answers] == [(200, 0, "redeemed"), (200, 0, "reserved"), (200, 0, "redeemed")]
+    assert [sql for sql in statements if sql.startswith("UPDATE coupons_idempotency")] == []
+    records = {r.key: r for r in IdempotencyRecord.objects.filter(user_id="alice")}
+    for response, key in zip(answers, ("k1", "k2", "k3"), strict=True):
+        assert (records[key].in_flight, records[key].response_status) == (False, 200)
+        assert json.loads(records[key].response_body) == response.json()
+    assert [(r.content, r["Idempotent-Replayed"]) for r in replays] == [
+        (answers[0].content, "true"), (answers[1].content, "true")]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
@@ -18,9 +18,7 @@ from drf_spectacular.utils import OpenApiParameter
 from rest_framework import exceptions as drf_exceptions
 from rest_framework import serializers
 from rest_framework.authentication import BaseAuthentication
-from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.permissions import IsAuthenticated
-from rest_framework.renderers import BaseRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -80,44 +78,14 @@ class ShopperTokenAuthentication(BaseAuthentication):
         return 'X-Token realm="couponrush"'
 
 
-class ApiContentNegotiation(DefaultContentNegotiation):
-    """DRF's content negotiation, its choice remembered per Accept header and renderers. DRF parses the header
-    (building request.headers, a dict of every header, to read it) and ranks its media types against each
-    renderer's on every request: 50-70 us of a DRF route's fixed cost in process, for the same choice each time
-    (JSON, for no Accept, */* and application/json alike). The choice depends on nothing else but a format (the
-    ?format= parameter, a .json suffix): a request with one, and one DRF refuses (406), goes DRF's way every time.
-    A bounded number of Accept values are remembered (a client may send any; a longer one is not)."""
-
-    def select_renderer(self, request: Request, renderers: Iterable[BaseRenderer], format_suffix: str | None = None
-                        ) -> tuple[BaseRenderer, str]:
-        renderers = list(renderers)  # APIView's own list: the choice is one of these
-        meta = getattr(request, "_request", request).META
-        if format_suffix or (meta.get("QUERY_STRING") and request.query_params.get(self.settings.URL_FORMAT_OVERRIDE)):
-            return super().select_renderer(request, renderers, format_suffix)  # type: ignore[no-any-return]
-        accept = meta.get("HTTP_ACCEPT")  # request.headers' "Accept"
-        key = (accept, *[(type(renderer), renderer.media_type) for renderer in renderers])
-        chosen = _CHOSEN.get(key)
-        if chosen is not None:
-            return renderers[chosen[0]], chosen[1]
-        renderer, media_type = super().select_renderer(request, renderers, format_suffix)
-        if accept is None or len(accept) <= _LONGEST_ACCEPT:
-            if len(_CHOSEN) >= 256:
-                _CHOSEN.clear()
-            _CHOSEN[key] = next(i for i, offered in enumerate(renderers) if offered is renderer), media_type
-        return renderer, media_type
-
-
-_CHOSEN: dict[tuple[Any, ...], tuple[int, str]] = {}  # (Accept, (renderer class, media type)...) -> index, media type
-_LONGEST_ACCEPT = 200
 
 
 class ShopperApi(APIView):
-    """Base of the storefront's authenticated DRF views: shopper token, body size limit, JSON objects, DRF's
-    content negotiation remembered (ApiContentNegotiation)."""
+    """Base of the storefront's authenticated DRF views: shopper token, body size limit, JSON objects (every DRF
+    view's content negotiation is core.negotiation's: REST_FRAMEWORK's default)."""
 
     authentication_classes = [ShopperTokenAuthentication]
     permission_classes = [IsAuthenticated]
-    content_negotiation_class = ApiContentNegotiation
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         super().initial(request, *args, **kwargs)

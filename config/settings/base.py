@@ -352,6 +352,7 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "core.api.exception_handler",
     "DEFAULT_METADATA_CLASS": None,  # OPTIONS is the contract's 405, as on the claim (DRF answered its metadata)
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "core.negotiation.ApiContentNegotiation",  # DRF's, remembered
     "UNAUTHENTICATED_USER": None,
 }
 

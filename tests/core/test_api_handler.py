@@ -1,6 +1,6 @@
 """The API's request cycle costs less than Django's and answers the same: its paths resolve over only the URL
 patterns that could match them (core.handlers.ApiRoutes) to the same match, and DRF's content negotiation is
-remembered per Accept header (core.api.ApiContentNegotiation) to the same choice."""
+remembered per Accept header (core.negotiation.ApiContentNegotiation) to the same choice."""
 from __future__ import annotations
 
 import io
@@ -17,10 +17,11 @@ from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.renderers import BaseRenderer, JSONRenderer, TemplateHTMLRenderer
 from rest_framework.request import Request
 
-import core.api
+import core.negotiation
 from config.wsgi import application
-from core.api import ApiContentNegotiation, ShopperApi
+from core.api import ShopperApi
 from core.handlers import ApiHandler, ApiRoutes
+from core.negotiation import ApiContentNegotiation
 from tests.conftest import shopper_headers
 
 
@@ -120,7 +121,7 @@ ACCEPTS = [None, "*/*", "application/json", "application/json; indent=2", "appli
 
 @pytest.mark.parametrize("query", ["", "format=json", "format=html", "format=", "page=2"])
 def test_content_negotiation_chooses_as_drf_does(query: str) -> None:
-    core.api._CHOSEN.clear()
+    core.negotiation._CHOSEN.clear()
 
     def choice(negotiation: Any, accept: str | None, renderer_classes: list[type[BaseRenderer]]) -> Any:
         extra = {} if accept is None else {"HTTP_ACCEPT": accept}
@@ -138,7 +139,7 @@ def test_content_negotiation_chooses_as_drf_does(query: str) -> None:
                 ACCEPTS, [[JSONRenderer], [JSONRenderer, _Html], [_Html, JSONRenderer], [_Html]]):
             drf = choice(DefaultContentNegotiation(), accept, renderer_classes)
             assert choice(ApiContentNegotiation(), accept, renderer_classes) == drf, (accept, renderer_classes)
-    assert all(key[0] is None or len(key[0]) <= 200 for key in core.api._CHOSEN)
+    assert all(key[0] is None or len(key[0]) <= 200 for key in core.negotiation._CHOSEN)
 
 
 @pytest.mark.django_db
@@ -164,6 +165,7 @@ def test_shopper_answers_are_the_same_with_drfs_negotiation(monkeypatch) -> None
             seen.append((started["status"], [h for h in started["headers"] if h[0] != "X-Request-ID"], body))
         return seen
 
+    assert ShopperApi.content_negotiation_class is ApiContentNegotiation  # every DRF view's (the settings')
     ours = answers()
     monkeypatch.setattr(ShopperApi, "content_negotiation_class", DefaultContentNegotiation)
     assert answers() == ours

@@ -149,18 +149,24 @@ WHERE k.published_at IS NOT NULL AND k.kind = '{CampaignKind.CODES.value}' AND k
 ORDER BY k.starts_at DESC, k.id DESC LIMIT 1"""
 
 
+def _remembered(code: str) -> Campaign | None:
+    """The campaign this process remembers for the shared code, if its memory is still fresh."""
+    hit = _live_codes.get(code)
+    return hit[1] if hit is not None and hit[0] > time.monotonic() else None
+
+
+def _live_at(campaign: Campaign | None, at: datetime) -> Campaign | None:
+    return campaign if campaign is not None and campaign.state_at(at) == CampaignState.LIVE else None
+
+
 def live_campaign_of_code(code: str, *, at: datetime) -> Campaign | None:
     """Return the published, live codes campaign whose shared code is `code` (shared_code_form), or None.
     Its rules may be up to LIVE_CODE_SECONDS old (a save in another process); read it, never change it."""
-    hit = _live_codes.get(code)
-    if hit is not None and hit[0] > time.monotonic():
-        campaign: Campaign | None = hit[1]
-    else:
+    campaign = _remembered(code)
+    if campaign is None:
         with _live_codes_lock:  # one read when it expires, not one per thread typing the code meanwhile
-            hit = _live_codes.get(code)
-            if hit is not None and hit[0] > time.monotonic():
-                campaign = hit[1]
-            else:
+            campaign = _remembered(code)
+            if campaign is None:
                 with prepared_cursor() as cursor:  # Campaign.objects.published().with_shared_code(code).first()
                     cursor.execute(_LIVE_CODE_SQL, {"code": code, "at": at})
                     row = cursor.fetchone()
@@ -169,16 +175,13 @@ def live_campaign_of_code(code: str, *, at: datetime) -> Campaign | None:
                     if len(_live_codes) >= LIVE_CODE_ENTRIES:
                         _live_codes.clear()
                     _live_codes[code] = (time.monotonic() + LIVE_CODE_SECONDS, campaign)
-    return campaign if campaign is not None and campaign.state_at(at) == CampaignState.LIVE else None
+    return _live_at(campaign, at)
 
 
 def remembered_live_campaign(code: str, *, at: datetime) -> Campaign | None:
     """live_campaign_of_code's answer if this process remembers it (no query: None when it does not), for what
     must not look a code up before counting it (coupons.guard)."""
-    hit = _live_codes.get(code)
-    if hit is None or hit[0] <= time.monotonic() or hit[1].state_at(at) != CampaignState.LIVE:
-        return None
-    return hit[1]
+    return _live_at(_remembered(code), at)
 
 
 def forget_live_codes() -> None:

@@ -106,20 +106,15 @@ def cart_validate(*, user_id: str, cart: pricing.Cart, codes: list[str],
     rows = cart_coupons(user_id=user_id, now=now, currency=cart.currency, codes=wanted)
     own = {coupon.code: coupon for coupon in rows}
     usable = [coupon for coupon in rows if _own_refusal(coupon, cart, now) is None]
-    shared: dict[str | None, Campaign] = {}  # the live shared codes typed: first those remembered (no query)
-    for canonical in wanted:
-        form = shared_code_form(canonical) if canonical not in own else None
-        remembered = remembered_live_campaign(form, at=now) if form is not None else None
-        if remembered is not None:
-            shared[canonical] = remembered
+    forms = {c: form for c in wanted if c not in own and (form := shared_code_form(c)) is not None}
+    shared: dict[str | None, Campaign] = {  # the live shared codes typed: first those remembered (no query)
+        c: campaign for c, form in forms.items() if (campaign := remembered_live_campaign(form, at=now)) is not None}
     known = sum(code in shared for code in typed.values())
     before_lookup(sum(code not in own for code in typed.values()) - known, known)  # each may be a miss below
 
-    for canonical in wanted:  # then, counted, the other shared codes (the process remembers them a moment)
-        form = shared_code_form(canonical) if canonical not in own and canonical not in shared else None
-        campaign = live_campaign_of_code(form, at=now) if form is not None else None
-        if campaign is not None:
-            shared[canonical] = campaign
+    for c, form in forms.items():  # then, counted, the others (as reserve looks them up: remembered a moment)
+        if c not in shared and (campaign := live_campaign_of_code(form, at=now)) is not None:
+            shared[c] = campaign
     unique_wanted = {c: canonical_unique_code(c) or c for c in wanted if c not in own and c not in shared}
     unique = {
         row.code: row.campaign

@@ -3,10 +3,11 @@
 Every key of a campaign carries its hash tag {c<id>}, so each script and MULTI of a campaign runs on the one
 shard that owns its slot; a pipeline over several campaigns (remaining_many, backlog_sizes) is split by the
 client, one round trip per node. REDIS_URL names any one node (a seed); the client learns the others from
-CLUSTER SLOTS and follows MOVED/ASK redirections (a redirected command never ran, so following one is not
-a retry). Like the single-node client: no retries, timeouts well under a second. With replica acks a script
-and its WAIT go on one connection of the slot's master (_ClusterPipeline.execute_then_wait), not through the
-cluster pipeline, which would send the WAIT to every master on connections that wrote nothing.
+CLUSTER SLOTS and follows MOVED/ASK redirections and TRYAGAIN (a redirected command never ran, so following one is
+not a retry). Like the single-node client: no retries, timeouts well under a second, and a command whose reply
+was lost is never sent again (redis-py's pipeline would send it again alone: _PipelineStrategy). With replica
+acks a script and its WAIT go on one connection of the slot's master (_ClusterPipeline.execute_then_wait), not
+through the cluster pipeline, which would send the WAIT to every master on connections that wrote nothing.
 
 redis-py raises its own RedisClusterException, which is not a RedisError, when no node can be reached or a
 slot is not covered. Every caller here expects a RedisError (a fast 503), so the client translates them:
@@ -21,7 +22,7 @@ from typing import Any, cast
 
 import redis
 from redis.backoff import NoBackoff
-from redis.cluster import PRIMARY, ClusterNode, ClusterPipeline, RedisCluster, TransactionStrategy
+from redis.cluster import PRIMARY, ClusterNode, ClusterPipeline, PipelineStrategy, RedisCluster, TransactionStrategy
 from redis.exceptions import AskError, CrossSlotTransactionError, MovedError, RedisClusterException, TryAgainError
 from redis.retry import Retry
 
@@ -36,6 +37,34 @@ def _translated(exc: RedisClusterException) -> Exception:
     if isinstance(exc.__context__, (redis.ConnectionError, redis.TimeoutError)):
         return redis.ConnectionError(str(exc))
     return ClusterUnavailable(str(exc))
+
+
+class _PipelineStrategy(PipelineStrategy):
+    """redis-py's pipeline but for one thing. A command told MOVED, ASK or TRYAGAIN never ran, and it is sent
+    again alone, following it, as redis-py does. A command whose reply was lost (a connection error or a timeout
+    once it was sent) may have run, and redis-py would send that one again too, so a script could run twice (a
+    guard's take counted twice, a claim made twice). Here it keeps its error, and the slot map is learnt again (a
+    node may have failed over)."""
+
+    def _send_cluster_commands(self, stack: list[Any], raise_on_error: bool = True,
+                               allow_redirections: bool = True) -> list[Any]:
+        super()._send_cluster_commands(stack, raise_on_error=False, allow_redirections=False)
+        started = time.monotonic()
+        stack = sorted(stack, key=lambda command: command.position)
+        if any(isinstance(command.result, (redis.ConnectionError, redis.TimeoutError)) for command in stack):
+            try:  # a node may have failed over: learn the map again for the next call, as redis-py does
+                self._nodes_manager.initialize()
+            except (RedisClusterException, redis.RedisError):
+                pass
+        for command in stack:
+            if allow_redirections and isinstance(command.result, (MovedError, AskError, TryAgainError)):
+                try:
+                    command.result = self._pipe.parent_execute_command(*command.args, **command.options)
+                except redis.RedisError as exc:
+                    command.result = exc
+        if raise_on_error:
+            self._raise_first_error(stack, started)
+        return [command.result for command in stack]
 
 
 class _ClusterPipeline(ClusterPipeline):
@@ -62,7 +91,7 @@ class _ClusterPipeline(ClusterPipeline):
             parsed.append(reply)
         return parsed
 
-    def execute_then_wait(self, numreplicas: int, timeout_ms: int) -> list[Any]:
+    def execute_then_wait(self, numreplicas: int, timeout_ms: int, *, raise_on_error: bool = True) -> list[Any]:
         """Execute the queued commands (not a MULTI; their keys in one slot), then WAIT numreplicas timeout_ms,
         on ONE connection of the master that owns the slot: WAIT counts the writes of its own connection only,
         and the cluster pipeline would send it to every master, each on a connection that wrote nothing. Return
@@ -94,7 +123,7 @@ class _ClusterPipeline(ClusterPipeline):
                     redirection.host, redirection.port, PRIMARY)
         except RedisClusterException as exc:
             raise _translated(exc) from exc
-        for reply in replies:
+        for reply in replies if raise_on_error else ():
             if isinstance(reply, Exception):
                 raise reply
         return replies
@@ -130,6 +159,8 @@ class _Cluster(RedisCluster):
     def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> ClusterPipeline:
         pipe = super().pipeline(transaction, shard_hint)
         pipe.__class__ = _ClusterPipeline  # the same pipeline; only its execute() translates errors
+        if type(pipe._execution_strategy) is PipelineStrategy:
+            pipe._execution_strategy.__class__ = _PipelineStrategy  # and it never sends a lost reply's command again
         return pipe
 
 

@@ -35,9 +35,8 @@ from typing import Any, NoReturn, TypeVar
 
 from django.conf import settings
 from redis import RedisError
-from redis.exceptions import NoScriptError
 
-from campaigns.redis_state import LUA_DIR, redis_client
+from campaigns.redis_state import LUA_DIR, redis_client, run_each
 from core.errors import NotFound, RateLimited
 
 MISS_WINDOW_SECONDS = 60  # codes are counted by the minute
@@ -71,17 +70,7 @@ def _run(name: str, calls: list[tuple[str, list[Any]]]) -> list[Any]:
     """Run the script once for each (key, args), in one pipelined round trip: each run atomic on its own (on a
     cluster the client sends each to its key's master). Raise RedisError."""
     text, sha = _lua(name)
-
-    def send(command: str, body: str) -> list[Any]:
-        pipe = redis_client().pipeline(transaction=False)
-        for key, args in calls:
-            pipe.execute_command(command, body, 1, key, *args)
-        return list(pipe.execute())
-
-    try:
-        return send("EVALSHA", sha)
-    except NoScriptError:  # Redis lost its scripts (SCRIPT FLUSH, a restart): send it whole
-        return send("EVAL", text)
+    return run_each(redis_client(), sha, text, [([key], args) for key, args in calls])
 
 
 class CodeLookups:

@@ -66,7 +66,7 @@ from .keys import (
     remember_group,
     split_ref,
 )
-from .lua import LUA_DIR, replicated, scripts
+from .lua import LUA_DIR, replicated, run_each, scripts
 from .recovery import (
     DEADLINE_MARGIN_MS,
     OWN_ANSWER_KEEP_MS,
@@ -105,6 +105,6 @@ __all__ = [
     "ledger_ref", "load_state", "move_counts", "move_counts_of", "move_stock", "own_answer_field", "pending_moves",
     "received_moves", "redis_client", "redis_now_ms", "remaining_many", "remember_buckets", "remember_group",
     "replace_claim_records", "replicated", "reset_redis_client", "restore_answers", "run_add_stock", "run_claim",
-    "run_claim_async", "run_code_give_back", "run_code_take", "run_code_takes", "run_extend", "run_flow",
+    "run_claim_async", "run_each", "run_code_give_back", "run_code_take", "run_code_takes", "run_extend", "run_flow",
     "run_flow_async", "run_restock", "run_void", "scripts", "set_paused", "split_ref", "split_stock", "to_ms",
 ]

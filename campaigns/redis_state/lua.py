@@ -3,6 +3,7 @@ it), every run that changes a campaign's state confirmed by replicas when COUPON
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -47,34 +48,58 @@ class _Script:
     def each(self, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
         """Run the script once for each (keys, args), in one pipelined round trip (each run atomic on its own,
         not the runs together), with replica acks as one call's; NotAcknowledged's reply is all the replies."""
-        def send(command: str, body: str) -> list[Any]:
-            pipe = self.client.pipeline(transaction=False)
-            for keys, args in calls:  # pipe.evalsha: not on a cluster
-                pipe.execute_command(command, body, len(keys), *keys, *args)
-            return replicated(pipe)
-        try:
-            return send("EVALSHA", self.sha)
-        except redis.exceptions.NoScriptError:  # Redis lost its scripts (SCRIPT FLUSH, a restart): send them whole
-            return send("EVAL", cast(str, self.script))
+        return run_each(self.client, self.sha, cast(str, self.script), calls,
+                        lambda pipe: replicated(pipe, raise_on_error=False))
 
 
-def replicated(pipe: Any) -> list[Any]:
+def run_each(client: redis.Redis, sha: str, script: str, calls: list[tuple[list[str], list[Any]]],
+             execute: Callable[[Any], list[Any]] = lambda pipe: list(pipe.execute(raise_on_error=False)),
+             ) -> list[Any]:
+    """A script (its SHA-1 and text) run once for each (keys, args) in one pipelined round trip, by `execute` (a
+    pipeline's replies, errors among them); raise the first error. A call told NOSCRIPT (Redis lost its scripts:
+    SCRIPT FLUSH, a restart) is sent again with the whole script, and only such a call: on a cluster the calls go
+    to several masters, of which only some may have lost them, and a call that ran must never run twice."""
+
+    def send(command: str, body: str, some: list[tuple[list[str], list[Any]]]) -> list[Any]:
+        pipe = client.pipeline(transaction=False)
+        for keys, args in some:  # pipe.evalsha: not on a cluster
+            pipe.execute_command(command, body, len(keys), *keys, *args)
+        return execute(pipe)
+
+    replies = send("EVALSHA", sha, calls)
+    lost = [i for i, reply in enumerate(replies) if isinstance(reply, redis.exceptions.NoScriptError)]
+    if lost:
+        for i, reply in zip(lost, send("EVAL", script, [calls[i] for i in lost]), strict=True):
+            replies[i] = reply
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+    return replies
+
+
+def replicated(pipe: Any, *, raise_on_error: bool = True) -> list[Any]:
     """Execute a pipeline (not a MULTI); with replica acks, WAIT after its commands on the same connection and
     return the replies only once that many replicas hold what this connection wrote (and so everything the
     master held before it): raise NotAcknowledged, whose `reply` is the replies, when fewer confirmed it in time.
     The drain reads the ledger through it (orders/ledger.py): it never persists a claim a failover may lose.
     On a cluster the commands (of one slot) and the WAIT go on one connection of the slot's master
-    (redis_cluster._ClusterPipeline.execute_then_wait: the cluster pipeline would send the WAIT elsewhere)."""
+    (redis_cluster._ClusterPipeline.execute_then_wait: the cluster pipeline would send the WAIT elsewhere).
+
+    With `raise_on_error` False, errors are among the replies, and replies with an error are returned unconfirmed,
+    as an error is raised before confirmation otherwise (run_each sends a NOSCRIPT's command again, and that WAIT
+    confirms all the master held before it)."""
     conf = hot()
     if not conf.replica_acks:
-        return list(pipe.execute())
+        return list(pipe.execute(raise_on_error=raise_on_error))
     on_one_connection = getattr(pipe, "execute_then_wait", None)
     if on_one_connection is not None:
-        *replies, replicas = on_one_connection(conf.replica_acks, conf.replica_ack_timeout_ms)
+        *replies, replicas = on_one_connection(conf.replica_acks, conf.replica_ack_timeout_ms,
+                                               raise_on_error=raise_on_error)
     else:
         pipe.execute_command("WAIT", conf.replica_acks, conf.replica_ack_timeout_ms)
-        *replies, replicas = pipe.execute()
-    if int(replicas) < conf.replica_acks:
+        *replies, replicas = pipe.execute(raise_on_error=raise_on_error)
+    if int(replicas) < conf.replica_acks and (
+            raise_on_error or not any(isinstance(reply, Exception) for reply in replies)):
         raise NotAcknowledged(replies[0] if len(replies) == 1 else replies, int(replicas))
     return replies
 

@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -32,6 +33,15 @@ from orders.models import Claim
 from ..conftest import claims_in_threads
 from ..faults.harness import wait_until
 from .conftest import Cluster, add_replica, process_id
+
+
+def _asking(node: redis.Redis, commands: list[tuple[Any, ...]]) -> list[Any]:
+    """The replies of commands sent to `node` each after an ASKING (which holds for the next command only)."""
+    pipe = node.pipeline(transaction=False)
+    for command in commands:
+        pipe.execute_command("ASKING")
+        pipe.execute_command(*command)
+    return list(pipe.execute()[1::2])
 
 
 def _calls(node: redis.Redis, command: str = "wait") -> int:
@@ -138,34 +148,44 @@ def test_sync_scripts_with_replica_acks_follow_ask_and_moved_to_the_slots_new_ma
     on_replica = cluster.node(replicas[target].port)
     on_replica.execute_command("READONLY")
     claims = [claim_create(campaign_id=campaign.pk, user_id="u0", idempotency_key=None)]
-    # When its slot is migrating and its keys are on the other master already (the client's map unchanged)
+    # When its slot is migrating and its keys are on the other master already (the client's map unchanged),
+    # the hashes of this second and the next ones too: under ASKING the importing master runs a script only when
+    # it holds every key the script names (else TRYAGAIN), and claim.lua's second's hash is new each second
     src_id, dst_id = (node.execute_command("CLUSTER", "MYID").decode() for node in (src, dst))
     dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", src_id)
     src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id)
     while moving := src.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100):
         src.execute_command("MIGRATE", "127.0.0.1", target, "", 0, 5000, "KEYS", *moving)
+    seconds = [keys.second(window) for window in range(int(time.time()) - 1, int(time.time()) + 60)]
+    _asking(dst, [("HSETNX", second, "c", 0) for second in seconds])  # "c" 0: no claim counted yet
     asked, waited = _calls(dst, "asking"), _calls(dst)
     claims.append(claim_create(campaign_id=campaign.pk, user_id="u1", idempotency_key=None))
     # Then the claim followed ASK: it ran on the new master, and its WAIT went there
     assert _calls(dst, "asking") > asked and _calls(dst) > waited
-    asking = dst.pipeline(transaction=False)  # one connection: ASKING holds for its next command
-    asking.execute_command("ASKING")
-    asking.xlen(keys.ledger)
-    assert asking.execute()[1] == 2
-    # When the slot is the other master's (MOVED from the old one), claims and a cancel follow it
+    assert _asking(dst, [("XLEN", keys.ledger)]) == [2]
+    # When a claim names a key the new master does not hold yet (this second's hash), it is told TRYAGAIN
+    # until the slot is the new master's, then runs there once
+    _asking(dst, [("DEL", second) for second in seconds])
+    asked = _calls(dst, "asking")
+    during = threading.Thread(target=lambda: claims.append(
+        claim_create(campaign_id=campaign.pk, user_id="u2", idempotency_key=None)))
+    during.start()
+    assert wait_until(lambda: _calls(dst, "asking") >= asked + 2, timeout=5, every=0.01)  # TRYAGAIN, asked again
     for port in cluster.ports:
         node = cluster.node(port)
         node.execute_command("CLUSTER", "SETSLOT", slot, "NODE", dst_id)
         node.close()
-    claims.append(claim_create(campaign_id=campaign.pk, user_id="u2", idempotency_key=None))
+    during.join()
+    # When the slot is the other master's (MOVED from the old one), claims and a cancel follow it
+    claims.append(claim_create(campaign_id=campaign.pk, user_id="u3", idempotency_key=None))
     assert claim_cancel(user_id="u0", claim_id=claims[0].claim_id).status == "cancelled"
-    assert [c.status for c in claims] == ["claimed"] * 3
+    assert [c.status for c in claims] == ["claimed"] * 4
     # Then every one ran once, on the new master and its replica
-    assert on_replica.xlen(keys.ledger) == 3 and int(on_replica.get(keys.stock)) == 10 - 3 + 1
+    assert on_replica.xlen(keys.ledger) == 4 and int(on_replica.get(keys.stock)) == 10 - 4 + 1
     assert src.execute_command("CLUSTER", "COUNTKEYSINSLOT", slot) == 0
     drain_campaign(campaign_id=campaign.pk)
     assert sorted(Claim.objects.filter(campaign=campaign).values_list("status", flat=True)) == \
-        ["cancelled", "issued", "issued"]
+        ["cancelled", "issued", "issued", "issued"]
     assert _verified(campaign)
     for node in (src, dst, on_replica):
         node.close()

@@ -57,3 +57,19 @@ def test_the_guard_counts_exactly_the_limit_with_its_counters_on_two_masters(
     assert results == [True] * 3 and guesses == [404, 404, 429]
     assert own.status_code == 200 and own.json()["status"] == "redeemed"
     assert [int(redis_client().get(key)) for key, _ in miss_counters(user, "127.0.0.1")] == [5, 5]
+
+
+@pytest.mark.django_db
+def test_a_master_that_lost_the_guards_script_never_makes_the_other_count_twice(on_cluster: Cluster) -> None:
+    # given: a shopper whose counter and address's counter are on two masters, one take counted on both
+    user = next(f"shopper-{i}" for i in range(100)
+                if len({master_of(key) for key, _ in miss_counters(f"shopper-{i}", "127.0.0.1")}) == 2)
+    CodeLookups(user, "127.0.0.1").take(1)
+    counters = [key for key, _ in miss_counters(user, "127.0.0.1")]
+    # when: one of the two masters loses its scripts (SCRIPT FLUSH, a restart), and the shopper takes again
+    flushed = on_cluster.node(on_cluster.ports[master_of(counters[0])])
+    flushed.script_flush()
+    CodeLookups(user, "127.0.0.1").take(1)
+    # then: the script was sent whole to that master only; each counter counted the take once
+    assert [int(redis_client().get(key)) for key in counters] == [2, 2]
+    flushed.close()

@@ -6,6 +6,7 @@ import contextlib
 import http.client
 import json
 import random
+import socket
 import threading
 import time
 import urllib.parse
@@ -14,13 +15,17 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+import redis
 from django.core.management import call_command
 from django.db import connections
 from django.test import override_settings
+from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster, key_slot
 from redis.exceptions import RedisClusterException
+from redis.retry import Retry
 
 from campaigns.models import Campaign
+from campaigns.redis_cluster import _Cluster
 from campaigns.redis_state import (
     StoreUnavailable,
     campaign_keys,
@@ -214,6 +219,65 @@ def test_a_script_over_two_campaigns_is_refused_by_the_cluster_client_so_the_tag
         scripts().cancel(keys=[campaign_keys(one.pk).stock, campaign_keys(other.pk).users,
                                campaign_keys(one.pk).cancelled], args=["x", "u"])
     assert stock(one) == STOCK and stock(other) == STOCK
+
+
+class LateReplies:
+    """A TCP proxy to a node: requests go on at once, and so do replies, but for the next `late` ones (each 0.3 s
+    late). A reply later than the client's timeout is a reply lost after its command ran."""
+
+    def __init__(self, port: int) -> None:
+        self.upstream, self.late = port, 0
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                client, _ = self.listener.accept()
+                upstream = socket.create_connection(("127.0.0.1", self.upstream))
+                threading.Thread(target=self._pump, args=(client, upstream, False), daemon=True).start()
+                threading.Thread(target=self._pump, args=(upstream, client, True), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket, replies: bool) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                if replies and self.late > 0:
+                    self.late -= 1
+                    time.sleep(0.3)
+                sink.sendall(data)
+        for end in (source, sink):
+            with contextlib.suppress(OSError):
+                end.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def test_a_pipelines_command_whose_reply_was_lost_is_never_sent_again(on_cluster: Cluster) -> None:
+    # Given keys on two masters, the project's cluster client reaching one of them through a proxy
+    by_master = {on_cluster.port_of_slot(key_slot(key.encode())): key for key in (f"lost:{i}" for i in range(30))}
+    (late, lost_key), (_, other_key) = list(by_master.items())[:2]
+    proxy = LateReplies(late)
+    client = _Cluster.from_url(on_cluster.seed_url, retry=Retry(NoBackoff(), 0), socket_timeout=0.1,
+                               address_remap=lambda at: ("127.0.0.1", proxy.port) if at[1] == late else at)
+    assert client.get(lost_key) is None
+
+    # When a pipeline increments both and that master's reply comes after the client stopped waiting (0.1 s),
+    # then that is a timeout
+    proxy.late = 1
+    pipe = client.pipeline(transaction=False)
+    pipe.incr(lost_key)
+    pipe.incr(other_key)
+    with pytest.raises(redis.TimeoutError):
+        pipe.execute()
+
+    # Then each ran once: the lost one was not sent again on its own (redis-py's pipeline would)
+    node = on_cluster.node(late)
+    assert node.get(lost_key) == b"1" and node.info("commandstats")["cmdstat_incrby"]["calls"] == 1
+    assert on_cluster.node(on_cluster.port_of_slot(key_slot(other_key.encode()))).get(other_key) == b"1"
+    client.close()
+    proxy.close()
 
 
 @pytest.mark.django_db

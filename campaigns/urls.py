@@ -4,8 +4,10 @@ from django.urls import path
 from core.public_cache import public_answer
 
 from .apis import CampaignDetailApi, CampaignListApi
+from .public import live_remaining
 
 urlpatterns = [
-    path("campaigns", public_answer(CampaignListApi.as_view()), name="campaign-list"),
-    path("campaigns/<str:campaign_id>", public_answer(CampaignDetailApi.as_view()), name="campaign-detail"),
+    path("campaigns", public_answer(CampaignListApi.as_view(), live_remaining), name="campaign-list"),
+    path("campaigns/<str:campaign_id>", public_answer(CampaignDetailApi.as_view(), live_remaining),
+         name="campaign-detail"),
 ]

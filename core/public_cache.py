@@ -3,6 +3,9 @@ says ("The reads around a sale"): `Cache-Control: public, max-age=1`, an `ETag`,
 `If-None-Match`; and kept by each worker for half a second, so that a page's storm of reads costs the database
 and Redis a few queries a second per worker, not one per shopper.
 
+A view may make part of its kept answer current on every request (`live`): the campaign reads' `remaining` is
+read from Redis each time (campaigns/public.py), so a claim shows in the next read at the origin.
+
 Bounds: what a worker answers from memory was read at most PUBLIC_FRESH_SECONDS ago; nginx's microcache (deploy/)
 keeps it until the whole second it was answered in ends (X-Accel-Expires: @<that second>, at most 1 s), so
 `remaining` is never more than 1.5 s old where the proxy answers (a browser may keep it its own max-age).
@@ -27,8 +30,10 @@ PUBLIC_CACHE_CONTROL = "public, max-age=1"
 _CACHED_STATUSES = (200, 404)  # an answer, or "no such campaign": both the same for every caller
 _MAX_ENTRIES = 2_000  # paths; past it the memory starts again (unknown ids are many, live campaigns few)
 
-# path with query -> (fresh until, status, body, ETag, the view's headers)
-_answers: dict[str, tuple[float, int, bytes, str, tuple[tuple[str, str], ...]]] = {}
+# What makes a kept 200 answer's body current on each request (given the body when it is kept; None: nothing).
+Live = Callable[[bytes], Callable[[], bytes] | None]
+# path with query -> (fresh until, status, body, ETag, the view's headers, what makes the body current)
+_answers: dict[str, tuple[float, int, bytes, str, tuple[tuple[str, str], ...], Callable[[], bytes] | None]] = {}
 _OWN_HEADERS = {"content-length", "etag", "cache-control"}
 
 
@@ -41,8 +46,9 @@ def etag_of(body: bytes) -> str:
     return '"' + hashlib.blake2b(body, digest_size=12).hexdigest() + '"'
 
 
-def public_answer(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
-    """Keep a public GET view's rendered answer for PUBLIC_FRESH_SECONDS and give it its caching headers."""
+def public_answer(view: Callable[..., HttpResponseBase], live: Live | None = None) -> Callable[..., HttpResponseBase]:
+    """Keep a public GET view's rendered answer for PUBLIC_FRESH_SECONDS (what `live` makes current, on each
+    request) and give it its caching headers."""
 
     @functools.wraps(view)  # keeps `cls` and `initkwargs`: drf-spectacular documents the view itself
     def answer(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
@@ -60,11 +66,15 @@ def public_answer(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpRe
                 render()  # a DRF Response: its JSON, once
             body = response.content  # type: ignore[attr-defined]
             headers = tuple((name, value) for name, value in response.items() if name.lower() not in _OWN_HEADERS)
-            kept = (now + PUBLIC_FRESH_SECONDS, response.status_code, body, etag_of(body), headers)
+            current = live(body) if live is not None and response.status_code == 200 else None
+            kept = (now + PUBLIC_FRESH_SECONDS, response.status_code, body, etag_of(body), headers, current)
             if len(_answers) >= _MAX_ENTRIES:
                 _answers.clear()
             _answers[key] = kept
-        _, status, body, etag, headers = kept
+        _, status, body, etag, headers, current = kept
+        if current is not None:
+            body = current()
+            etag = etag_of(body)
         if status == 200 and _matches(request, etag):
             response = HttpResponse(status=304)  # RFC 9110 15.4.5: the validator and caching headers, no body
             del response["Content-Type"]

@@ -2,7 +2,8 @@
 campaign read's answer for half a second (core/public_cache.py); each answer asks Redis for the stock of the
 live campaigns it shows, in one pipelined round trip, so the read a page makes right after its claim shows that
 claim. Only a live campaign's stock moves with the shoppers' claims: an upcoming, paused or ended one's is the
-kept answer's (an upcoming one is not in Redis yet, and asking for it would cost a lookup every time)."""
+kept answer's (an upcoming one is not in Redis yet, and asking for it would cost a lookup every time), as is a
+live one's that Redis did not hold when the answer was kept."""
 from __future__ import annotations
 
 import re
@@ -26,10 +27,15 @@ def live_remaining(body: bytes) -> Callable[[], bytes] | None:
     if not campaigns or len(fields) != len(campaigns):
         return None
     live = [(field, campaign) for field, campaign in zip(fields, campaigns, strict=True) if campaign["state"] == "live"]
+    codes = {int(campaign["id"]) for _, campaign in live if campaign["kind"] == "codes"}
+    try:  # those Redis holds now: one Redis has lost would cost a lookup each time (rebuild_redis restores it)
+        held = redis_state.remaining_many([int(campaign["id"]) for _, campaign in live], codes)
+    except redis_state.StoreUnavailable:
+        held = {}
+    live = [(field, campaign) for field, campaign in live if held.get(int(campaign["id"])) is not None]
     if not live:
         return None
     ids = [int(campaign["id"]) for _, campaign in live]
-    codes = {int(campaign["id"]) for _, campaign in live if campaign["kind"] == "codes"}
 
     def current() -> bytes:
         try:

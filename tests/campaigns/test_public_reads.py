@@ -8,8 +8,10 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from campaigns.redis_state import redis_client
 from campaigns.services import campaign_pause
 from core.public_cache import PUBLIC_FRESH_SECONDS
+from orders.claim import forget_campaign_facts
 from tests.conftest import shopper_headers
 
 pytestmark = pytest.mark.django_db
@@ -86,3 +88,22 @@ def test_other_methods_on_public_reads_are_the_contracts_405(client, live_campai
     answer = client.post(f"/api/v1/campaigns/{campaign.pk}", data={}, content_type="application/json")
     assert answer.status_code == 405 and answer.json()["status"] == "method_not_allowed"
     assert "ETag" not in answer
+
+
+def test_only_the_live_campaigns_redis_holds_are_read_again_on_each_answer(client, live_campaign) -> None:
+    # Given a live campaign and one whose state Redis has lost (the process forgot what it knew of both)
+    held, lost = live_campaign(total_stock=5), live_campaign(total_stock=7)
+    redis_client().delete(*redis_client().scan_iter(f"cpn:{{c{lost.pk}}}:*"))
+    forget_campaign_facts()
+
+    def reads() -> int:
+        stats = redis_client().info("commandstats")
+        return sum(int(stats.get(f"cmdstat_{name}", {}).get("calls", 0)) for name in ("get", "hmget"))
+
+    # When the list is read (its answer kept), then 20 times more
+    first = client.get("/api/v1/campaigns").json()["results"]
+    before = reads()
+    answers = [client.get("/api/v1/campaigns").json()["results"] for _ in range(20)]
+    # Then each answer read the held campaign's stock once, and never asked for the lost one's
+    assert reads() - before == 20
+    assert answers[-1] == first and {c["id"]: c["remaining"] for c in first}[held.pk] == 5

@@ -279,11 +279,11 @@ class Suite:
             log(f"stopping {child.name} (pid {child.proc.pid}): the last phases need the CPU")
             self.procs.stop(child)
 
-    def run_bench_script(self, phase: str, script: str, out: Path, ok_codes: tuple[int, ...] = (0,)
-                         ) -> tuple[int, dict[str, Any]]:
-        """Another bench of bench/ (`--quick` when the suite is) on the suite's stores, its output shown as it
-        runs: its exit code and the JSON it wrote to `out` (this run's, or BenchError)."""
-        argv = [sys.executable, str(BENCH_DIR / script), *(["--quick"] if self.args.quick else [])]
+    def run_bench_script(self, phase: str, script: str, out: Path, ok_codes: tuple[int, ...] = (0,),
+                         options: tuple[str, ...] = ()) -> tuple[int, dict[str, Any]]:
+        """Another bench of bench/ (`--quick` when the suite is, and `options`) on the suite's stores, its output
+        shown as it runs: its exit code and the JSON it wrote to `out` (this run's, or BenchError)."""
+        argv = [sys.executable, str(BENCH_DIR / script), *(["--quick"] if self.args.quick else []), *options]
         log(f"== {phase}: {shlex.join(argv[1:])}")
         env = {**os.environ, "DATABASE_URL": self.stores.database_url, "REDIS_URL": self.stores.redis_url}
         started = time.time()

@@ -222,7 +222,7 @@ def test_a_script_over_two_campaigns_is_refused_by_the_cluster_client_so_the_tag
 
 
 class LateReplies:
-    """A TCP proxy to a node: requests go on at once, and so do replies, but for the next `late` ones (each 0.3 s
+    """A TCP proxy to a node: requests go on at once, and so do replies, but for the next `late` ones (each 1.5 s
     late). A reply later than the client's timeout is a reply lost after its command ran."""
 
     def __init__(self, port: int) -> None:
@@ -244,7 +244,7 @@ class LateReplies:
             while data := source.recv(65536):
                 if replies and self.late > 0:
                     self.late -= 1
-                    time.sleep(0.3)
+                    time.sleep(1.5)
                 sink.sendall(data)
         for end in (source, sink):
             with contextlib.suppress(OSError):
@@ -259,11 +259,11 @@ def test_a_pipelines_command_whose_reply_was_lost_is_never_sent_again(on_cluster
     by_master = {on_cluster.port_of_slot(key_slot(key.encode())): key for key in (f"lost:{i}" for i in range(30))}
     (late, lost_key), (_, other_key) = list(by_master.items())[:2]
     proxy = LateReplies(late)
-    client = _Cluster.from_url(on_cluster.seed_url, retry=Retry(NoBackoff(), 0), socket_timeout=0.1,
+    client = _Cluster.from_url(on_cluster.seed_url, retry=Retry(NoBackoff(), 0), socket_timeout=0.5,
                                address_remap=lambda at: ("127.0.0.1", proxy.port) if at[1] == late else at)
     assert client.get(lost_key) is None
 
-    # When a pipeline increments both and that master's reply comes after the client stopped waiting (0.1 s),
+    # When a pipeline increments both and that master's reply comes after the client stopped waiting (0.5 s),
     # then that is a timeout
     proxy.late = 1
     pipe = client.pipeline(transaction=False)

@@ -171,7 +171,8 @@ def test_sync_scripts_with_replica_acks_follow_ask_and_moved_to_the_slots_new_ma
         claim_create(campaign_id=campaign.pk, user_id="u2", idempotency_key=None)))
     during.start()
     assert wait_until(lambda: _calls(dst, "asking") >= asked + 2, timeout=5, every=0.01)  # TRYAGAIN, asked again
-    for port in cluster.ports:
+    for port in sorted(cluster.ports, key=lambda port: port != target):  # the new master first: the claim waits
+        # for it within its TRYAGAIN retries (16, 50 ms apart)
         node = cluster.node(port)
         node.execute_command("CLUSTER", "SETSLOT", slot, "NODE", dst_id)
         node.close()

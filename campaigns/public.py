@@ -26,24 +26,24 @@ def live_remaining(body: bytes) -> Callable[[], bytes] | None:
     fields = list(_REMAINING.finditer(body))
     if not campaigns or len(fields) != len(campaigns):
         return None
-    live = [(field, campaign) for field, campaign in zip(fields, campaigns, strict=True) if campaign["state"] == "live"]
-    codes = {int(campaign["id"]) for _, campaign in live if campaign["kind"] == "codes"}
+    live = {int(campaign["id"]): field for field, campaign in zip(fields, campaigns, strict=True)
+            if campaign["state"] == "live"}  # campaign id -> its field, in the answer's order
+    codes = {int(campaign["id"]) for campaign in campaigns if campaign["kind"] == "codes"}
     try:  # those Redis holds now: one Redis has lost would cost a lookup each time (rebuild_redis restores it)
-        held = redis_state.remaining_many([int(campaign["id"]) for _, campaign in live], codes)
+        held = redis_state.remaining_many(list(live), codes)
     except redis_state.StoreUnavailable:
         held = {}
-    live = [(field, campaign) for field, campaign in live if held.get(int(campaign["id"])) is not None]
+    live = {campaign_id: field for campaign_id, field in live.items() if held.get(campaign_id) is not None}
     if not live:
         return None
-    ids = [int(campaign["id"]) for _, campaign in live]
 
     def current() -> bytes:
         try:
-            now = redis_state.remaining_many(ids, codes)
+            now = redis_state.remaining_many(list(live), codes)
         except redis_state.StoreUnavailable:
             return body
         parts, at = [], 0
-        for (field, _), campaign_id in zip(live, ids, strict=True):
+        for campaign_id, field in live.items():
             value = now.get(campaign_id)
             if value is not None:
                 parts += [body[at:field.start(1)], b"%d" % value]

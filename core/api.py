@@ -78,8 +78,6 @@ class ShopperTokenAuthentication(BaseAuthentication):
         return 'X-Token realm="couponrush"'
 
 
-
-
 class ShopperApi(APIView):
     """Base of the storefront's authenticated DRF views: shopper token, body size limit, JSON objects (every DRF
     view's content negotiation is core.negotiation's: REST_FRAMEWORK's default)."""

@@ -17,7 +17,7 @@ from django.dispatch import receiver
 from django.utils import timezone
 from django.utils.translation import gettext
 
-from core.db import ModelRows, prepared_cursor
+from core.db import ModelRows, Read
 from core.errors import Unavailable
 from core.locks import AdvisoryLock, xact_lock
 
@@ -167,14 +167,23 @@ def live_campaign_of_code(code: str, *, at: datetime) -> Campaign | None:
         with _live_codes_lock:  # one read when it expires, not one per thread typing the code meanwhile
             campaign = _remembered(code)
             if campaign is None:
-                with prepared_cursor() as cursor:  # Campaign.objects.published().with_shared_code(code).first()
-                    cursor.execute(_LIVE_CODE_SQL, {"code": code, "at": at})
-                    row = cursor.fetchone()
-                campaign = _CAMPAIGN_ROWS.build(row) if row is not None else None
-                if campaign is not None:
-                    if len(_live_codes) >= LIVE_CODE_ENTRIES:
-                        _live_codes.clear()
-                    _live_codes[code] = (time.monotonic() + LIVE_CODE_SECONDS, campaign)
+                return live_code_read(code, at=at).run()  # type: ignore[no-any-return]
+    return _live_at(campaign, at)
+
+
+def live_code_read(code: str, *, at: datetime) -> Read:
+    """The read of live_campaign_of_code() when this process does not remember the code, as a Read (core.db: for
+    a thread or the event loop) of the live campaign or None; the campaign it finds is remembered."""
+    return Read(_LIVE_CODE_SQL, {"code": code, "at": at}, lambda rows: _found(code, rows, at))
+
+
+def _found(code: str, rows: list[Any], at: datetime) -> Campaign | None:
+    """Campaign.objects.published().with_shared_code(code).first()'s campaign of the rows, remembered."""
+    campaign: Campaign | None = _CAMPAIGN_ROWS.build(rows[0]) if rows else None
+    if campaign is not None:
+        if len(_live_codes) >= LIVE_CODE_ENTRIES:
+            _live_codes.clear()
+        _live_codes[code] = (time.monotonic() + LIVE_CODE_SECONDS, campaign)
     return _live_at(campaign, at)
 
 

@@ -1,7 +1,8 @@
-"""PostgreSQL helpers shared by the apps: a cursor whose statements are prepared on the server."""
+"""PostgreSQL helpers shared by the apps: a cursor whose statements are prepared on the server, and a read that
+runs either in a Django thread or on the event loop."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
@@ -26,6 +27,27 @@ def prepared_cursor() -> Any:
     connection.ensure_connection()
     raw = psycopg.Cursor(connection.connection)
     return _LoggedPrepared(raw, connection) if connection.queries_logged else CursorWrapper(raw, connection)
+
+
+class Read:
+    """One read: a prepared statement, its parameters, and what its rows mean (`built`). A use case written once
+    asks for its reads as these; a Django thread runs one with `run()` (prepared_cursor), an event loop's door with
+    `await run_async()` (core.pg_loop): the same statement and the same answer either way."""
+
+    __slots__ = ("sql", "params", "built")
+
+    def __init__(self, sql: str, params: dict[str, Any], built: Callable[[list[Any]], Any]) -> None:
+        self.sql, self.params, self.built = sql, params, built
+
+    def run(self) -> Any:
+        with prepared_cursor() as cursor:
+            cursor.execute(self.sql, self.params)
+            return self.built(cursor.fetchall())
+
+    async def run_async(self) -> Any:
+        from core import pg_loop  # the web worker's: not loaded by commands and tasks
+
+        return self.built(await pg_loop.fetch(self.sql, self.params))
 
 
 class _LoggedPrepared(CursorDebugWrapper):

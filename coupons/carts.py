@@ -1,31 +1,36 @@
 """POST /carts/validate's read: which of the shopper's coupons and typed codes apply to a cart, and the best set.
 
-Read-only (nothing reserved or settled) and a fixed number of queries whatever the shopper holds: one for the
-shopper's usable coupons and the codes given that are the shopper's own; then, once the other codes are counted
-by the unknown-code guard (`before_lookup`, coupons.guard: the live shared codes the process remembers are checked,
-not counted), one for each typed shared code the process does not remember (as reserve looks it up), one for the typed
+Read-only (nothing reserved or settled) and a fixed number of prepared statements whatever the shopper holds: one
+for the shopper's usable coupons and the codes given that are the shopper's own; then, once the other codes are
+counted by the unknown-code guard (coupons.guard: the live shared codes the process remembers are checked, not
+counted), one for each typed shared code the process does not remember (as reserve looks it up), one for the typed
 unique codes, and one for the new-shopper audience when a candidate has it; one Redis round trip for the typed
 codes' campaigns' uses left and the shopper's uses of them (a code the shopper may no longer use is refused as
 reserve would refuse it). Every amount is campaigns.pricing's (validate_cart): nothing here computes a discount.
+
+Written once (`validation`, a generator of what it needs from the stores) and answered by two doors: Django's view
+in a thread (cart_validate) and the web server's event loop (cart_validate_async, coupons/cart_door.py).
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.utils import timezone
 
 from campaigns import pricing, redis_state
 from campaigns.models import Audience, Campaign, CampaignState, shared_code_form
 from campaigns.money import money_text
-from campaigns.services import live_campaign_of_code, remembered_live_campaign
+from campaigns.services import live_code_read, remembered_live_campaign
+from core.db import Read
 from core.errors import Unavailable
 
-from .hot_reads import cart_coupons
-from .models import Coupon, CouponStatus, UniqueCode
+from .guard import CodeLookups
+from .hot_reads import cart_coupons_read, free_unique_codes_read, has_used_read
+from .models import Coupon, CouponStatus
 from .outcomes import REFUSALS, UseCode
 from .services import typed_code_form
 from .services.order import admits_shopper
@@ -71,14 +76,11 @@ def _typed_refusal(campaign: Campaign, used_up: str | None, cart: pricing.Cart) 
     return used_up or (pricing.NOT_APPLICABLE if campaign.currency != cart.currency else None)
 
 
-def _used_up_codes(typed: dict[str | None, Campaign], user_id: str) -> dict[str | None, str]:
+def _used_up_codes(typed: dict[str | None, Campaign], uses: dict[int, tuple[int | None, int]]
+                   ) -> dict[str | None, str]:
     """The typed shared and unique codes a reserve would refuse before pricing them, by what code_take.lua
-    judges: the shopper at the per-user limit (limit_reached, judged first, as there), or no use of the
-    campaign's stock left (sold_out)."""
-    try:
-        uses = redis_state.code_uses_of(sorted({campaign.pk for campaign in typed.values()}), user_id)
-    except redis_state.StoreUnavailable as exc:
-        raise Unavailable() from exc
+    judges of their campaigns' `uses` (redis_state.code_uses_of): the shopper at the per-user limit
+    (limit_reached, judged first, as there), or no use of the campaign's stock left (sold_out)."""
     refusals: dict[str | None, str] = {}
     for code, campaign in typed.items():
         left, held = uses[campaign.pk]
@@ -89,44 +91,115 @@ def _used_up_codes(typed: dict[str | None, Campaign], user_id: str) -> dict[str 
     return refusals
 
 
+class Count(NamedTuple):
+    """Validation's ask: count `n` codes given before they are looked up, and check `known` ones (the guard's
+    take, coupons.guard.CodeLookups: it may raise TooManyMisses)."""
+
+    n: int
+    known: int
+
+
+class Uses(NamedTuple):
+    """Validation's ask: redis_state.code_uses_of(campaign_ids, user_id)."""
+
+    campaign_ids: list[int]
+    user_id: str
+
+
+Ask = Read | Count | Uses
+Validation = Generator[Ask, Any, CartAnswer]
+
+
 def cart_validate(*, user_id: str, cart: pricing.Cart, codes: list[str],
                   before_lookup: Callable[[int, int], None] = lambda n, known: None, tags: frozenset[str] = frozenset(),
                   channels: frozenset[str] = frozenset()) -> CartAnswer:
+    """validation()'s answer in this thread: its reads through Django's connection (core.db.Read.run), its Redis
+    reads through the thread's client, its count by `before_lookup(n, known)` (the guard's take)."""
+    steps = validation(user_id=user_id, cart=cart, codes=codes, tags=tags, channels=channels)
+    reply: Any = None
+    while True:
+        try:
+            ask = steps.send(reply)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        if isinstance(ask, Read):
+            reply = ask.run()
+        elif isinstance(ask, Count):
+            before_lookup(ask.n, ask.known)
+            reply = None
+        else:
+            reply = _code_uses(ask)
+
+
+async def cart_validate_async(*, user_id: str, cart: pricing.Cart, codes: list[str], lookups: CodeLookups,
+                              tags: frozenset[str] = frozenset(), channels: frozenset[str] = frozenset()
+                              ) -> CartAnswer:
+    """validation()'s answer on the event loop (coupons/cart_door.py): its reads through the loop's connections
+    (core.pg_loop), its Redis reads and the count (`lookups.take_async`) through the loop's client."""
+    steps = validation(user_id=user_id, cart=cart, codes=codes, tags=tags, channels=channels)
+    reply: Any = None
+    while True:
+        try:
+            ask = steps.send(reply)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        if isinstance(ask, Read):
+            reply = await ask.run_async()
+        elif isinstance(ask, Count):
+            await lookups.take_async(ask.n, ask.known)
+            reply = None
+        else:
+            try:
+                reply = await redis_state.code_uses_of_async(ask.campaign_ids, ask.user_id)
+            except redis_state.StoreUnavailable as exc:
+                raise Unavailable() from exc
+
+
+def _code_uses(ask: Uses) -> dict[int, tuple[int | None, int]]:
+    try:
+        return redis_state.code_uses_of(ask.campaign_ids, ask.user_id)
+    except redis_state.StoreUnavailable as exc:
+        raise Unavailable() from exc
+
+
+def validation(*, user_id: str, cart: pricing.Cart, codes: list[str], tags: frozenset[str] = frozenset(),
+               channels: frozenset[str] = frozenset()) -> Validation:
     """Price, for `cart`, each of the shopper's usable coupons (active, valid now, in the cart's currency) and
     each code given (the shopper's own coupon, a live shared code, a unique code nobody holds yet; else
     not_found), and find the best allowed set. Typed codes answer in the order given, after the shopper's
-    coupons (soonest to expire first); a code listed twice answers once. `before_lookup(n, known)` is told how
-    many codes given are not the shopper's own before any is looked up (it may raise: the guard's refusal), and
-    how many of those this process knows stand for something (live shared codes it remembers); the answer's
-    `misses` are those of them that stood for nothing. `tags` and `channels`: the shopper's (a campaign
-    asking for tags or channels the shopper lacks answers not_eligible)."""
+    coupons (soonest to expire first); a code listed twice answers once. `tags` and `channels`: the shopper's (a
+    campaign asking for tags or channels the shopper lacks answers not_eligible). The answer's `misses` are the
+    codes given that stood for nothing.
+
+    The use case written once, for a thread (cart_validate) and the event loop (cart_validate_async) alike: a
+    generator that yields what it needs from the stores (a Read of PostgreSQL; the Count of the codes given not
+    the shopper's own, before any is looked up, and how many of those this process knows stand for something:
+    live shared codes it remembers; the Uses of Redis) and is sent each answer."""
     now = timezone.now()
     typed = {text: typed_code_form(text) for text in codes}
     wanted = sorted({code for code in typed.values() if code is not None})
-    rows = cart_coupons(user_id=user_id, now=now, currency=cart.currency, codes=wanted)
+    rows: list[Coupon] = yield cart_coupons_read(user_id=user_id, now=now, currency=cart.currency, codes=wanted)
     own = {coupon.code: coupon for coupon in rows}
     usable = [coupon for coupon in rows if _own_refusal(coupon, cart, now) is None]
     forms = {c: form for c in wanted if c not in own and (form := shared_code_form(c)) is not None}
     shared: dict[str | None, Campaign] = {  # the live shared codes typed: first those remembered (no query)
         c: campaign for c, form in forms.items() if (campaign := remembered_live_campaign(form, at=now)) is not None}
     known = sum(code in shared for code in typed.values())
-    before_lookup(sum(code not in own for code in typed.values()) - known, known)  # each may be a miss below
+    yield Count(sum(code not in own for code in typed.values()) - known, known)  # each may be a miss below
 
     for c, form in forms.items():  # then, counted, the others (as reserve looks them up: remembered a moment)
-        if c not in shared and (campaign := live_campaign_of_code(form, at=now)) is not None:
+        if c not in shared and (campaign := (yield live_code_read(form, at=now))) is not None:
             shared[c] = campaign
     unique_wanted = {c: canonical_unique_code(c) or c for c in wanted if c not in own and c not in shared}
-    unique = {
-        row.code: row.campaign
-        for row in (UniqueCode.objects.select_related("campaign").filter(code__in=set(unique_wanted.values()),
-                                                                         holder_id__isnull=True)
-                    if unique_wanted else [])
-        if row.campaign.state_at(now) == CampaignState.LIVE
-    }
+    free: dict[str, Campaign] = (yield free_unique_codes_read(sorted(set(unique_wanted.values())))) if (
+        unique_wanted) else {}
+    unique = {code: campaign for code, campaign in free.items() if campaign.state_at(now) == CampaignState.LIVE}
     typed_campaigns = dict(shared)
     for unique_code, campaign in unique.items():
         typed_campaigns[unique_code] = campaign
-    used_up = _used_up_codes(typed_campaigns, user_id)
+    uses = (yield Uses(sorted({campaign.pk for campaign in typed_campaigns.values()}), user_id)) if (
+        typed_campaigns) else {}
+    used_up = _used_up_codes(typed_campaigns, uses)
 
     # Each entry: (code, campaign) priced, or (code, slug) refused before its rule is priced.
     entries: list[tuple[str, Campaign | str]] = []
@@ -157,7 +230,7 @@ def cart_validate(*, user_id: str, cart: pricing.Cart, codes: list[str],
             misses += 1
 
     if any(isinstance(found, Campaign) and found.audience == Audience.NEW for _, found in entries) and (
-            Coupon.objects.filter(user_id=user_id, status__in=[CouponStatus.REDEEMED, CouponStatus.HELD]).exists()):
+            yield has_used_read(user_id)):
         not_eligible = REFUSALS[UseCode.NOT_ELIGIBLE][0]
         entries = [(code, not_eligible if isinstance(found, Campaign) and found.audience == Audience.NEW else found)
                    for code, found in entries]

@@ -26,6 +26,7 @@ open: the answer itself does not depend on Redis.
 """
 from __future__ import annotations
 
+import asyncio
 import functools
 import hashlib
 import time
@@ -36,7 +37,7 @@ from typing import Any, NoReturn, TypeVar
 from django.conf import settings
 from redis import RedisError
 
-from campaigns.redis_state import LUA_DIR, redis_client, run_each
+from campaigns.redis_state import LUA_DIR, redis_client, run_async, run_each
 from core.errors import NotFound, RateLimited
 
 MISS_WINDOW_SECONDS = 60  # codes are counted by the minute
@@ -94,39 +95,94 @@ class CodeLookups:
         """Count `n` codes about to be looked up (once a request); raise TooManyMisses, counting nothing, when
         they and the `known` ones (codes this process knows stand for something: never counted, as they would be
         given back) would take the shopper or the address past its limit this minute."""
+        calls = self._take_calls(n, known)
+        if calls:
+            try:
+                after = _run("code_lookups_take", calls)
+            except RedisError:
+                return  # fails open
+            refused = self._counted(after, n)
+            if refused is not None:
+                _give_back(refused, n)
+                raise TooManyMisses()
+
+    async def take_async(self, n: int, known: int = 0) -> None:
+        """take() through the event loop's client (the scripts of both counters sent together)."""
+        calls = self._take_calls(n, known)
+        if calls:
+            try:
+                after = await _run_async("code_lookups_take", calls)
+            except _ASYNC_FAILURES:
+                return  # fails open
+            refused = self._counted(after, n)
+            if refused is not None:
+                await _give_back_async(refused, n)
+                raise TooManyMisses()
+
+    def _take_calls(self, n: int, known: int) -> list[tuple[str, list[Any]]]:
         assert not self.taken, "one take a request"
         if n < 1 and known < 1:
-            return
-        try:
-            after = _run("code_lookups_take",
-                         [(key, [n, limit, 2 * MISS_WINDOW_SECONDS, known]) for key, limit in self.counters])
-        except RedisError:
-            return  # fails open
+            return []
+        return [(key, [n, limit, 2 * MISS_WINDOW_SECONDS, known]) for key, limit in self.counters]
+
+    def _counted(self, after: list[Any], n: int) -> list[str] | None:
+        """Note the counters the take counted on; or, when one refused, return those to give back."""
         counted = [key for (key, _), reply in zip(self.counters, after, strict=True) if int(reply) >= 0]
         if len(counted) < len(self.counters):
-            if n:
-                _give_back(counted, n)
-            raise TooManyMisses()
+            return counted if n else []
         if n:
             self.keys, self.taken = counted, n
+        return None
 
     def __enter__(self) -> CodeLookups:
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
                  ) -> None:
+        _give_back(self.keys, self._to_give_back(exc))
+
+    async def __aenter__(self) -> CodeLookups:
+        return self
+
+    async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+                        ) -> None:
+        await _give_back_async(self.keys, self._to_give_back(exc))
+
+    def _to_give_back(self, exc: BaseException | None) -> int:
         misses = self.taken if isinstance(exc, NotFound) else self.misses if exc is None else 0
-        if self.taken > misses:
-            _give_back(self.keys, self.taken - misses)
+        return max(self.taken - misses, 0)
 
 
 def _give_back(keys: list[str], n: int) -> None:
     """Give `n` codes back to each counter (never raises: a counter not given back only refuses sooner)."""
-    if keys:
+    if keys and n:
         try:
             _run("code_lookups_give_back", [(key, [n]) for key in keys])
         except RedisError:
             pass
+
+
+async def _give_back_async(keys: list[str], n: int) -> None:
+    """_give_back() through the event loop's client."""
+    if keys and n:
+        try:
+            await _run_async("code_lookups_give_back", [(key, [n]) for key in keys])
+        except _ASYNC_FAILURES:
+            pass
+
+
+async def _run_async(name: str, calls: list[tuple[str, list[Any]]]) -> list[Any]:
+    """_run() on the event loop: each run sent at once (the loop's client pipelines them). Raise the first
+    failure, once every run has answered."""
+    text, sha = _lua(name)
+    replies = await asyncio.gather(*[run_async(sha, text, [key], args) for key, args in calls], return_exceptions=True)
+    for reply in replies:
+        if isinstance(reply, BaseException):
+            raise reply
+    return replies
+
+
+_ASYNC_FAILURES = (RedisError, OSError)  # OSError: TimeoutError and a refused connect too
 
 
 T = TypeVar("T")

@@ -12,9 +12,9 @@ from datetime import datetime
 from typing import Any
 
 from campaigns.models import Campaign
-from core.db import ModelRows, prepared_cursor
+from core.db import ModelRows, Read, prepared_cursor
 
-from .models import Coupon, CouponStatus
+from .models import Coupon, CouponStatus, UniqueCode
 
 _COUPON, _CAMPAIGN = Coupon._meta.db_table, Campaign._meta.db_table
 _COUPON_ROWS, _CAMPAIGN_ROWS = ModelRows(Coupon), ModelRows(Campaign)
@@ -30,7 +30,10 @@ def _coupons(sql: str, params: dict[str, Any]) -> list[Coupon]:
     select_related("campaign") has it)."""
     with prepared_cursor() as cursor:
         cursor.execute(sql, params)
-        rows = cursor.fetchall()
+        return _built(cursor.fetchall())
+
+
+def _built(rows: Sequence[Sequence[Any]]) -> list[Coupon]:
     coupons = []
     for row in rows:
         coupon: Coupon = _COUPON_ROWS.build(row[:_COUPON_ROWS.width])
@@ -42,6 +45,10 @@ def _coupons(sql: str, params: dict[str, Any]) -> list[Coupon]:
 _WITH_CAMPAIGN = (f"SELECT {_COUPON_ROWS.columns('c')}, {_CAMPAIGN_ROWS.columns('k')} "
                   f"FROM {_COUPON} c JOIN {_CAMPAIGN} k ON k.id = c.campaign_id")
 
+_FREE_UNIQUE = f"""SELECT u.code, {_CAMPAIGN_ROWS.columns('k')} FROM {UniqueCode._meta.db_table} u
+    JOIN {_CAMPAIGN} k ON k.id = u.campaign_id WHERE u.code = ANY(%(codes)s::varchar[]) AND u.holder_id IS NULL"""
+_HAS_USED = f"""SELECT 1 FROM {_COUPON} c WHERE c.user_id = %(user)s::varchar
+    AND c.status IN ('{CouponStatus.REDEEMED.value}', '{CouponStatus.HELD.value}') LIMIT 1"""
 _OWN_ID = f"SELECT c.id FROM {_COUPON} c WHERE c.code = %(code)s::varchar AND c.user_id = %(user)s::varchar"
 _BY_ID = f"{_WITH_CAMPAIGN} WHERE c.id = %(id)s::bigint"
 _FAMILY = f"""{_WITH_CAMPAIGN} WHERE c.user_id = %(user)s::varchar AND c.campaign_id = %(campaign)s::bigint
@@ -87,5 +94,30 @@ def order_coupons(*, user_id: str, order_id: str, now: datetime, exclude: int | 
 def cart_coupons(*, user_id: str, now: datetime, currency: str, codes: list[str]) -> list[Coupon]:
     """A cart's candidates among the shopper's coupons: those active, valid at `now` and in its currency, and
     those whose code is given; soonest to expire first."""
-    return _coupons(_CART, {"user": user_id, "now": now, "second": now.replace(microsecond=0),
-                            "currency": currency, "codes": codes})
+    return cart_coupons_read(user_id=user_id, now=now, currency=currency, codes=codes).run()
+
+
+def cart_coupons_read(*, user_id: str, now: datetime, currency: str, codes: list[str]) -> Read:
+    """cart_coupons() as a Read (core.db): for a thread or the event loop."""
+    return Read(_CART, {"user": user_id, "now": now, "second": now.replace(microsecond=0), "currency": currency,
+                        "codes": codes}, _built)
+
+
+def free_unique_codes_read(codes: list[str]) -> Read:
+    """The unique codes among `codes` nobody holds yet, as a Read of {code: its campaign}: the rows of
+    UniqueCode.objects.select_related("campaign").filter(code__in=codes, holder_id__isnull=True)."""
+    return Read(_FREE_UNIQUE, {"codes": codes}, _codes_campaigns)
+
+
+def _codes_campaigns(rows: list[Sequence[Any]]) -> dict[str, Campaign]:
+    return {row[0]: campaign_of_row(row[1:]) for row in rows}
+
+
+def has_used_read(user_id: str) -> Read:
+    """Whether the shopper redeemed or holds a coupon (a new-shopper campaign's test), as a Read of a bool: the
+    answer of Coupon.objects.filter(user_id=user_id, status__in=[REDEEMED, HELD]).exists()."""
+    return Read(_HAS_USED, {"user": user_id}, _exists)
+
+
+def _exists(rows: list[Sequence[Any]]) -> bool:
+    return bool(rows)

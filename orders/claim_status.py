@@ -22,7 +22,6 @@ from typing import Any, NamedTuple
 from urllib.parse import parse_qs
 
 import orjson
-import redis
 from django.db.models import Model
 
 from campaigns.claim_settled import (
@@ -38,7 +37,7 @@ from campaigns.claim_settled import (
     record_keys,
 )
 from campaigns.models import Campaign
-from campaigns.redis_state import async_client
+from campaigns.redis_state import run_async
 from core.errors import BadRequest, NotFound, StoreUnavailable, Unavailable, unavailable_of
 from core.http import authenticated_user
 from coupons.apis import CouponOutputSerializer
@@ -267,15 +266,9 @@ _STATUS_SHA = hashlib.sha1(STATUS_SCRIPT.encode()).hexdigest()
 
 async def _read_async(request: StatusRequest) -> Read:
     """read_record() through the loop's pipelined client (one EVALSHA). Raise HandOn when Redis fails."""
-    keys = record_keys(request.campaign_id, request.ref, learn=False)  # never a lookup on the loop
+    settled, ledger, template, entry_id = record_keys(request.campaign_id, request.ref, learn=False)  # no lookup
     try:
-        client = async_client()
-        try:
-            reply = await client.execute("EVALSHA", _STATUS_SHA, 3, *keys)
-        except redis.ResponseError as exc:
-            if not str(exc).startswith("NOSCRIPT"):
-                raise
-            reply = await client.execute("EVAL", STATUS_SCRIPT, 3, *keys)
+        reply = await run_async(_STATUS_SHA, STATUS_SCRIPT, [settled, ledger, template], [entry_id])
     except Exception as exc:
         if unavailable_of(exc) is None:
             raise

@@ -52,7 +52,15 @@ from .claim import (
     run_flow_async,
 )
 from .clients import async_client, redis_client
-from .codes import TakeCode, code_uses_of, codes_snapshot, run_code_give_back, run_code_take, run_code_takes
+from .codes import (
+    TakeCode,
+    code_uses_of,
+    code_uses_of_async,
+    codes_snapshot,
+    run_code_give_back,
+    run_code_take,
+    run_code_takes,
+)
 from .groups import group_held, group_home, group_key, group_restore, group_snapshot
 from .keys import (
     DRAIN_GROUP,
@@ -66,7 +74,7 @@ from .keys import (
     remember_group,
     split_ref,
 )
-from .lua import LUA_DIR, replicated, run_each, scripts
+from .lua import LUA_DIR, replicated, run_async, run_each, scripts
 from .recovery import (
     DEADLINE_MARGIN_MS,
     OWN_ANSWER_KEEP_MS,
@@ -97,14 +105,15 @@ from .state import (
 __all__ = [
     "CLAIM_STATUSES", "CampaignKeys", "ClaimCall", "ClaimCode", "ClaimFlow", "ClaimOutcome", "ClaimOutcomeUnknown",
     "DEADLINE_MARGIN_MS", "DRAIN_GROUP", "EMPTY_FOR_SECONDS", "LUA_DIR", "MAX_BUCKETS", "OWN_ANSWER_KEEP_MS",
-    "RECOVERY_BUDGET_SECONDS", "RECOVERY_PAUSE_SECONDS", "RestockResult", "StoreUnavailable", "TakeCode",
-    "UNREADABLE", "VoidNotConfirmed", "async_client", "bucket_counts", "bucket_of", "bucket_shares", "buckets_of",
-    "campaign_keys", "claim_audience", "claim_call", "claim_id_of", "claim_reply", "claim_result",
-    "clear_drain_trigger", "code_uses_of", "codes_snapshot", "compare_and_set", "finish_moves", "forget_bucket_counts",
+    "RECOVERY_BUDGET_SECONDS", "RECOVERY_PAUSE_SECONDS", "RestockResult", "StoreUnavailable", "TakeCode", "UNREADABLE",
+    "VoidNotConfirmed", "async_client", "bucket_counts", "bucket_of", "bucket_shares", "buckets_of", "campaign_keys",
+    "claim_audience", "claim_call", "claim_id_of", "claim_reply", "claim_result", "clear_drain_trigger", "code_uses_of",
+    "code_uses_of_async", "codes_snapshot", "compare_and_set", "finish_moves", "forget_bucket_counts",
     "forget_empty_buckets", "group_held", "group_home", "group_key", "group_restore", "group_snapshot", "key_digest",
     "ledger_ref", "load_state", "move_counts", "move_counts_of", "move_stock", "own_answer_field", "pending_moves",
     "received_moves", "redis_client", "redis_now_ms", "remaining_many", "remember_buckets", "remember_group",
-    "replace_claim_records", "replicated", "reset_redis_client", "restore_answers", "run_add_stock", "run_claim",
-    "run_claim_async", "run_each", "run_code_give_back", "run_code_take", "run_code_takes", "run_extend", "run_flow",
-    "run_flow_async", "run_restock", "run_void", "scripts", "set_paused", "split_ref", "split_stock", "to_ms",
+    "replace_claim_records", "replicated", "reset_redis_client", "restore_answers", "run_add_stock", "run_async",
+    "run_claim", "run_claim_async", "run_each", "run_code_give_back", "run_code_take", "run_code_takes", "run_extend",
+    "run_flow", "run_flow_async", "run_restock", "run_void", "scripts", "set_paused", "split_ref", "split_stock",
+    "to_ms",
 ]

@@ -1,6 +1,7 @@
 """A codes campaign's shared code in Redis: its uses taken (code_take.lua) and given back (code_give_back.lua)."""
 from __future__ import annotations
 
+import asyncio
 import enum
 from typing import Any
 
@@ -8,7 +9,7 @@ import redis
 
 from core.errors import Code, StoreUnavailable
 
-from .clients import redis_client
+from .clients import async_client, redis_client
 from .keys import CampaignKeys, campaign_keys
 from .lua import scripts
 from .state import RestockResult
@@ -81,9 +82,32 @@ def code_uses_of(campaign_ids: list[int], user_id: str) -> dict[int, tuple[int |
             keys = campaign_keys(campaign_id)
             pipe.get(keys.uses)
             pipe.hget(keys.users, user_id)
-        replies = iter(pipe.execute())
+        return _uses(campaign_ids, pipe.execute())
     except redis.RedisError as exc:
         raise StoreUnavailable(str(exc)) from exc
+
+
+async def code_uses_of_async(campaign_ids: list[int], user_id: str) -> dict[int, tuple[int | None, int]]:
+    """code_uses_of() through the event loop's pipelined client (its reads sent together). Raise
+    StoreUnavailable."""
+    if not campaign_ids:
+        return {}
+    client = async_client()
+    reads = []
+    for campaign_id in campaign_ids:
+        keys = campaign_keys(campaign_id)
+        reads += [client.execute("GET", keys.uses), client.execute("HGET", keys.users, user_id)]
+    replies = await asyncio.gather(*reads, return_exceptions=True)  # every read awaited, whatever failed
+    for reply in replies:
+        if isinstance(reply, redis.RedisError | OSError):  # OSError: TimeoutError and a refused connect too
+            raise StoreUnavailable(str(reply)) from reply
+        if isinstance(reply, BaseException):
+            raise reply
+    return _uses(campaign_ids, replies)
+
+
+def _uses(campaign_ids: list[int], answers: list[Any]) -> dict[int, tuple[int | None, int]]:
+    replies = iter(answers)
     uses: dict[int, tuple[int | None, int]] = {}
     for campaign_id in campaign_ids:
         left, held = next(replies), next(replies)

@@ -12,7 +12,7 @@ import redis
 from core.hot import hot
 
 from ..redis_async import NotAcknowledged
-from .clients import redis_client
+from .clients import async_client, redis_client
 
 log = logging.getLogger(__name__)
 LUA_DIR = Path(__file__).resolve().parent.parent / "lua"
@@ -75,6 +75,19 @@ def run_each(client: redis.Redis, sha: str, script: str, calls: list[tuple[list[
         if isinstance(reply, Exception):
             raise reply
     return replies
+
+
+async def run_async(sha: str, script: str, keys: list[str], args: list[Any]) -> Any:
+    """A script (its SHA-1 and text) run once through the event loop's pipelined client (on a cluster, on its
+    first key's master), the whole script sent when Redis lost it (NOSCRIPT), without replica acks: for reads and
+    counters that are no campaign's state. Raise RedisError (or OSError, TimeoutError: core.errors maps them)."""
+    client = async_client()
+    try:
+        return await client.execute("EVALSHA", sha, len(keys), *keys, *args)
+    except redis.ResponseError as exc:
+        if not str(exc).startswith("NOSCRIPT"):
+            raise
+    return await client.execute("EVAL", script, len(keys), *keys, *args)
 
 
 def replicated(pipe: Any, *, raise_on_error: bool = True) -> list[Any]:

@@ -8,10 +8,10 @@ made as Django makes its own (`get_connection_params()`: the same adapters, so r
 prepare_threshold 0: every statement prepared; the session's time zone Django's), in autocommit: a door only
 reads. A request waits for a free one in turn.
 
-Bounded as Django's API statements are (core.postgresql, API_STATEMENT_SECONDS): a connect by connect_timeout, a
-statement and the wait for a connection by the same seconds. A connection whose statement failed or ran out of
-time is closed (its state is unknown) and the next request connects anew. Every failure raises what
-core.errors.unavailable_of maps to the contract's 503: psycopg's OperationalError, or Unavailable.
+Bounded as Django's API statements are (core.postgresql, API_STATEMENT_SECONDS): every wait for the server (a
+statement, a connect beside connect_timeout) and the wait for a free connection. A connection whose statement
+failed or ran out of time is closed (its state is unknown) and the next request connects anew. Every failure
+raises what core.errors.unavailable_of maps to the contract's 503: psycopg's OperationalError, or Unavailable.
 """
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from typing import Any
 
 import psycopg
 from django.db import connection as django_connection
+from psycopg.errors import _WaitTimeout
 
 from core.errors import Unavailable
 from core.postgresql.base import API_STATEMENT_SECONDS
@@ -42,11 +43,11 @@ class LoopPostgres:
         """The rows of one prepared statement. Raise psycopg.OperationalError or Unavailable."""
         conn = await self._acquire()
         try:
-            rows = await asyncio.wait_for(_rows(conn, sql, params), self.bound)
-        except BaseException as exc:
+            cursor = conn.cursor()
+            await cursor.execute(sql, params)
+            rows = await cursor.fetchall()
+        except BaseException:
             await self._discard(conn)
-            if isinstance(exc, TimeoutError):
-                raise Unavailable() from exc
             raise
         self._release(conn)
         return rows
@@ -60,7 +61,7 @@ class LoopPostgres:
         if self.opened < self.size:
             self.opened += 1
             try:
-                return await asyncio.wait_for(_connect(), self.bound)
+                return await asyncio.wait_for(_connect(self.bound), self.bound)
             except BaseException as exc:
                 self._freed()
                 if isinstance(exc, TimeoutError):
@@ -101,19 +102,30 @@ class LoopPostgres:
                 return
 
 
-async def _connect() -> psycopg.AsyncConnection[Any]:
+class _BoundedConnection(psycopg.AsyncConnection[Any]):
+    """psycopg's async connection whose every wait for the server is bounded (core.postgresql's
+    BoundedConnection, awaited): past the bound it is closed at once and raises OperationalError. Cancelling the
+    wait instead would have psycopg ask the server to cancel the statement and wait for it again, on a hung
+    server for seconds more."""
+
+    bound = API_STATEMENT_SECONDS
+
+    async def wait(self, gen: Any, interval: float = 0.1, timeout: float | None = None) -> Any:
+        try:
+            return await super().wait(gen, interval, self.bound if timeout is None else timeout)
+        except _WaitTimeout:
+            self.pgconn.finish()  # mid-statement, its state unknown
+            raise psycopg.OperationalError(f"PostgreSQL did not answer within {self.bound:g} s") from None
+
+
+async def _connect(bound: float) -> psycopg.AsyncConnection[Any]:
     params = django_connection.get_connection_params()  # Django's own (no I/O): adapters, timeouts, prepare
     params.pop("cursor_factory", None)  # Django's sync cursor class
-    conn = await psycopg.AsyncConnection.connect(**params, autocommit=True)
+    conn = await _BoundedConnection.connect(**params, autocommit=True)
+    conn.bound = bound
     # Django's loaders take a timestamp's zone to be the connection's (its ensure_timezone() sets it)
     await conn.execute("SELECT set_config('TimeZone', %s, false)", [django_connection.timezone_name])
     return conn
-
-
-async def _rows(conn: psycopg.AsyncConnection[Any], sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-    cursor = conn.cursor()
-    await cursor.execute(sql, params)
-    return await cursor.fetchall()
 
 
 _pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopPostgres] = weakref.WeakKeyDictionary()

@@ -187,3 +187,58 @@ def test_a_django_route_on_a_hung_postgresql_is_the_503_within_seconds(doors) ->
         assert answer[3] < 6, answer  # 1 s of health check, 3 s of connect_timeout, then the answer
     print(f"Django's route while PostgreSQL hung: {[(a[0], round(a[3], 2)) for a in answers]}")
     assert wait_until(lambda: request(stack.url, "GET", "/api/v1/me/coupons", shopper="ivy")[0] == 200, 15)
+
+
+def validate(stack: Stack, codes: list[str], shopper: str = "joy", timeout: float = 30.0
+             ) -> tuple[int, dict[str, str], dict[str, object], float]:
+    """(status, headers, JSON body, seconds) of a cart's validation (the event loop's door: coupons/cart_door.py)."""
+    parts = urllib.parse.urlsplit(stack.url)
+    body = json.dumps({"currency": "CNY", "codes": codes, "lines": [
+        {"sku": "TEA-1", "quantity": 1, "unit_price": "100.00"}]}).encode()
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
+    started = time.monotonic()
+    try:
+        conn.request("POST", "/api/v1/carts/validate", body=body, headers={
+            "Content-Type": "application/json", "X-User-Id": shopper, "X-Token": mint_token(shopper, ttl=600)})
+        response = conn.getresponse()
+        answer = json.loads(response.read())
+        return (response.status, {k.lower(): v for k, v in response.getheaders()}, answer,
+                time.monotonic() - started)
+    finally:
+        conn.close()
+
+
+def test_a_cart_on_a_hung_postgresql_is_the_503_within_the_statements_bound_then_answers_again(doors) -> None:
+    # Given the loop's connections open (a cart answered), then PostgreSQL hung mid-flight
+    stack, postgres, _ = doors
+    assert validate(stack, [])[0] == 200
+    hung = postgres_processes(postgres)
+    for process in hung:
+        process.send_signal(signal.SIGSTOP)
+    try:
+        answers = [validate(stack, []) for _ in range(2)]  # a kept connection's read, then a new connection's
+    finally:
+        for process in hung:
+            process.send_signal(signal.SIGCONT)
+
+    # Then each is the contract's 503 within the API's statement bound (3 s), and carts answer again after
+    for answer in answers:
+        assert_unavailable(answer)
+        assert answer[3] < 5, answer
+    print(f"carts while PostgreSQL hung: {[(a[0], round(a[3], 2)) for a in answers]}")
+    assert wait_until(lambda: validate(stack, [])[0] == 200, 15)
+
+
+def test_a_cart_needs_no_redis_but_for_its_codes_uses_and_the_guard_fails_open(doors) -> None:
+    stack, _, _ = doors
+    stack.redis.kill()
+    try:
+        without_codes = validate(stack, [])
+        unknown_code = validate(stack, ["NOPE-1"])
+    finally:
+        stack.redis.start()
+
+    # Without codes the cart reads PostgreSQL alone; an unknown code is counted by the guard, which fails open
+    # with Redis down (coupons.guard), and looked up in PostgreSQL: not_found. Redis is asked nothing else.
+    assert without_codes[0] == 200 and without_codes[3] < HUNG_ANSWER_SECONDS
+    assert unknown_code[0] == 200 and unknown_code[2]["coupons"][0]["status"] == "not_found"  # type: ignore[index]

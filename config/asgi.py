@@ -5,7 +5,7 @@ uvloop`).
     RouteBodyLimits  the routes' body limits, asked at each request's head (config/body_limits.py)
     ClaimDoor        POST /api/v1/campaigns/{id}/claim on the event loop   (orders/door.py)
     ClaimStatusDoor  GET /api/v1/claims/{id} from Redis, long polls too    (orders/status_door.py)
-    CartDoor         POST /api/v1/carts/validate on the event loop         (coupons/cart_door.py)
+    ShopperDoors     POST /api/v1/carts/validate, GET /api/v1/me/coupons   (coupons/doors.py)
     HealthCheck      GET /healthz on the event loop                        (core/web.py)
     DjangoThreads    everything else: Django's WSGI handler in threads     (core/web.py; core/handlers.py)
 """
@@ -21,7 +21,7 @@ django_application = _django_application()  # the API's routes through the middl
 
 from config.body_limits import body_limits  # noqa: E402  (after Django is set up: the imports below load the apps)
 from core.web import DjangoThreads, HealthCheck, RouteBodyLimits, asgi  # noqa: E402
-from coupons.cart_door import CartDoor  # noqa: E402
+from coupons.doors import ShopperDoors  # noqa: E402
 from orders.door import ClaimDoor  # noqa: E402
 from orders.status_door import ClaimStatusDoor  # noqa: E402
 from storefronts.keyring import KEYRING  # noqa: E402
@@ -33,7 +33,7 @@ def make_application(threads: int) -> Application:
     limits = body_limits()
     django = DjangoThreads(django_application, threads, limits)
     KEYRING.start()  # this worker's storefront keys read by its own thread before the first keyed token comes
-    return RouteBodyLimits(ClaimDoor(ClaimStatusDoor(CartDoor(HealthCheck(django)))), limits)
+    return RouteBodyLimits(ClaimDoor(ClaimStatusDoor(ShopperDoors(HealthCheck(django)))), limits)
 
 
 application = asgi(make_application(threads=int(os.environ.get("COUPONS_WEB_THREADS", "16"))))

@@ -9,7 +9,7 @@ codes' campaigns' uses left and the shopper's uses of them (a code the shopper m
 reserve would refuse it). Every amount is campaigns.pricing's (validate_cart): nothing here computes a discount.
 
 Written once (`validation`, a generator of what it needs from the stores) and answered by two doors: Django's view
-in a thread (cart_validate) and the web server's event loop (cart_validate_async, coupons/cart_door.py).
+in a thread (cart_validate) and the web server's event loop (cart_validate_async, coupons/doors.py).
 """
 from __future__ import annotations
 
@@ -134,7 +134,7 @@ def cart_validate(*, user_id: str, cart: pricing.Cart, codes: list[str],
 async def cart_validate_async(*, user_id: str, cart: pricing.Cart, codes: list[str], lookups: CodeLookups,
                               tags: frozenset[str] = frozenset(), channels: frozenset[str] = frozenset()
                               ) -> CartAnswer:
-    """validation()'s answer on the event loop (coupons/cart_door.py): its reads through the loop's connections
+    """validation()'s answer on the event loop (coupons/doors.py): its reads through the loop's connections
     (core.pg_loop), its Redis reads and the count (`lookups.take_async`) through the loop's client."""
     steps = validation(user_id=user_id, cart=cart, codes=codes, tags=tags, channels=channels)
     reply: Any = None

@@ -8,7 +8,7 @@ from django.db.models import Model, Q, QuerySet
 from django.utils import timezone
 
 from campaigns.models import Campaign
-from core.db import prepared_cursor
+from core.db import Read
 
 from .models import Coupon, CouponStatus
 
@@ -76,11 +76,15 @@ class UserCoupons:
                                                                          status=self.status).count()
 
     def __getitem__(self, window: slice) -> list[tuple[Any, ...]]:
+        return self.read(window).run()  # type: ignore[no-any-return]
+
+    def read(self, window: slice) -> Read:
+        """The slice as a Read (core.db: in a thread or on the event loop), which notes `total` and `due`."""
         params = {"user": self.user_id, "now": timezone.now(), "status": self.status or None,
                   "limit": window.stop - window.start, "offset": window.start}
-        with prepared_cursor() as cursor:
-            cursor.execute(_PAGE_SQL, params)
-            rows = cursor.fetchall()
+        return Read(_PAGE_SQL, params, self._page)
+
+    def _page(self, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
         if rows:
             self.total, self.due = rows[0][-2], rows[0][-1]
         return [row[:-2] for row in rows]

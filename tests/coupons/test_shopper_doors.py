@@ -1,9 +1,12 @@
-"""POST /api/v1/carts/validate on the event loop (coupons/cart_door.py) and through Django's view: the same answers.
+"""POST /api/v1/carts/validate and GET /api/v1/me/coupons on the event loop (coupons/doors.py) and through Django's
+views: the same answers.
 
-Over the run command's real server (the door: its reads awaited on the loop, core.pg_loop and the loop's Redis
-client) and Django's test client (the view, as a WSGI deployment serves it), against the real PostgreSQL and
-Redis: every kind of code a cart can carry, each refusal the view decides (handed on by the door), the guard's
-count, and the loop's PostgreSQL connections failing and coming back.
+Over the run command's real server (the doors: their reads awaited on the loop, core.pg_loop and the loop's Redis
+client) and Django's test client (the views, as a WSGI deployment serves them), against the real PostgreSQL and
+Redis: every kind of code a cart can carry and of coupon a list shows, each refusal the view decides and each list
+the view changes or links (handed on by the door), the guard's count, and the loop's PostgreSQL connections
+failing and coming back. Which door answered shows in the headers: Django's answers carry DRF's `Allow`, the
+loop's do not.
 """
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import json
 import time
 import urllib.error
 import urllib.request
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -28,10 +32,12 @@ from coupons.guard import miss_counters
 from coupons.models import Coupon, CouponStatus, UniqueCode
 from tests.conftest import run_coroutine, shopper_headers
 
+from . import test_my_coupons
 from .code_helpers import codes_of
 from .helpers import issued_coupon
 
 pytestmark = pytest.mark.django_db(transaction=True)
+coupons_of_every_kind = test_my_coupons.coupons_of_every_kind  # its fixture, for this module's tests too
 
 D = Decimal
 TEA = {"sku": "TEA-1", "category": "tea", "quantity": 2, "unit_price": "120.00"}
@@ -102,9 +108,10 @@ def test_every_kind_of_code_answers_the_same_bytes_from_the_loop_and_from_django
         status, headers, answer = over_http(http_server, body)
         view = through_django(client, body)
 
-        # then: the same answer, byte for byte, private
+        # then: the same answer, byte for byte, private, from the loop
         assert (status, answer) == (view.status_code, view.content), answer
         assert status == 200 and headers["cache-control"] == view["Cache-Control"] == "private, no-store"
+        assert "allow" not in headers and view["Allow"]
         assert headers["content-type"] == "application/json"
     answered = json.loads(over_http(http_server, carts[1])[2])
     assert {item["code"]: item["status"] for item in answered["coupons"]} == {
@@ -222,3 +229,62 @@ def test_a_read_past_its_bound_is_a_store_failure_at_once_and_its_connection_clo
     # then: the 503's failure within the bound (not the seconds a cancelled statement would wait), then answers
     assert isinstance(unavailable_of(failure), Unavailable) and seconds < 1.0, (failure, seconds)
     assert answer == 1 and pool.opened == 1
+
+
+def my_coupons(base: str, user: str = "alice", query: str = "") -> tuple[int, dict[str, str], bytes]:
+    request = urllib.request.Request(f"{base}/api/v1/me/coupons{query}", headers={
+        "X-User-Id": user, "X-Token": shopper_headers(user)["HTTP_X_TOKEN"]})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, {k.lower(): v for k, v in response.headers.items()}, response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, {k.lower(): v for k, v in error.headers.items()}, error.read()
+
+
+def test_my_coupons_of_every_kind_are_the_same_bytes_from_the_loop_and_from_djangos_view(
+        http_server, client, coupons_of_every_kind) -> None:
+    status, headers, answer = my_coupons(http_server)
+    view = client.get("/api/v1/me/coupons", **shopper_headers("alice"))
+
+    assert (status, answer) == (view.status_code, view.content)
+    assert json.loads(answer)["count"] == coupons_of_every_kind and json.loads(answer)["next"] is None
+    assert "allow" not in headers and headers["cache-control"] == "private, no-store"  # the loop's
+
+
+def test_a_list_the_view_changes_or_links_is_the_views(http_server, client, live_campaign) -> None:
+    # given: bob has none; carol has a coupon due to expire; dan has two pages
+    campaign = live_campaign(total_stock=100, per_user_limit=30)
+    due = issued_coupon(live_campaign, "carol", **RULE)
+    Coupon.objects.filter(pk=due.pk).update(valid_from=due.valid_from - timedelta(days=3),
+                                            expires_at=due.valid_from - timedelta(days=1))
+    for n in range(21):
+        Coupon.objects.create(code=f"DAN-{n:04d}-TEST", campaign=campaign, user_id="dan", claim_id=f"dan-{n}",
+                              valid_from=due.valid_from, expires_at=due.valid_from + timedelta(days=30))
+
+    # when
+    none = my_coupons(http_server, "bob")
+    settled = my_coupons(http_server, "carol")
+    pages = my_coupons(http_server, "dan")
+    filtered = my_coupons(http_server, "dan", "?status=active&page_size=5")
+
+    # then: each is Django's answer (its headers), as the view gives it: the due coupon expired first, the links
+    for status, headers, _ in (none, settled, pages, filtered):
+        assert status == 200 and headers["allow"]
+    assert json.loads(none[2]) == client.get("/api/v1/me/coupons", **shopper_headers("bob")).json()
+    assert [c["status"] for c in json.loads(settled[2])["results"]] == ["expired"]
+    assert Coupon.objects.get(pk=due.pk).status == CouponStatus.EXPIRED
+    assert json.loads(pages[2])["count"] == 21 and json.loads(pages[2])["next"].endswith("/api/v1/me/coupons?page=2")
+    assert len(json.loads(filtered[2])["results"]) == 5
+
+
+def test_my_coupons_without_a_valid_token_is_djangos_401(http_server, client) -> None:
+    status, headers, answer = my_coupons(http_server, "eve")
+    request = urllib.request.Request(f"{http_server}/api/v1/me/coupons", headers={"X-User-Id": "eve",
+                                                                               "X-Token": "1.bad"})
+    try:
+        urllib.request.urlopen(request, timeout=30)
+    except urllib.error.HTTPError as error:
+        refused = (error.code, json.loads(error.read()))
+    view = client.get("/api/v1/me/coupons", HTTP_X_USER_ID="eve", HTTP_X_TOKEN="1.bad")
+
+    assert refused == (view.status_code, view.json()) and refused[0] == 401

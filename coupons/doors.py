@@ -48,7 +48,7 @@ ENVIRON_KEYS = {b"host": "HTTP_HOST", b"x-user-id": "HTTP_X_USER_ID", b"x-token"
                      b"x-forwarded-for": "HTTP_X_FORWARDED_FOR", b"content-type": "CONTENT_TYPE",
                      b"content-length": "CONTENT_LENGTH", b"accept": "HTTP_ACCEPT"}
 JSON_TYPES = frozenset({"application/json", "application/json; charset=utf-8", "application/json;charset=utf-8"})
-ACCEPTED = frozenset({"*/*", "application/json"})  # and none: what DRF's negotiation answers with JSON alike
+JSON_RANGES = frozenset({"*/*", "application/*", "application/json"})
 # The event loop's doors' headers (the claim's, the claim status's): JSON, nosniff, private, no-store.
 HEADERS = [*JSON_HEADERS, (b"cache-control", PRIVATE_CACHE_CONTROL.encode())]
 _PARSER, _RENDERER = StrictJSONParser(), JSONRenderer()  # the view's (REST_FRAMEWORK's defaults)
@@ -86,7 +86,7 @@ class ShopperDoors:
         request_id = request_id_from(meta)
         if not host_allowed(meta.get("HTTP_HOST") or server_host(request)):
             return bad_host_response((b"x-request-id", request_id.encode()))
-        if meta.get("HTTP_ACCEPT", "*/*") not in ACCEPTED:
+        if not asks_json(meta.get("HTTP_ACCEPT")):
             return self.inner.answer(request)
         try:
             user_id = shopper_identity(meta).user_id
@@ -142,7 +142,7 @@ def _failed(exc: Exception, request_id: str) -> Response:
 def _plain_cart(meta: dict[str, Any], body: bytes) -> tuple[str, frozenset[str], dict[str, Any]] | None:
     """(the shopper, their storefront's channels, the checked cart) of a request this door answers, or None: one
     for Django's view. Nothing here counts or changes anything."""
-    if (meta.get("CONTENT_TYPE") or "").lower() not in JSON_TYPES or meta.get("HTTP_ACCEPT", "*/*") not in ACCEPTED:
+    if (meta.get("CONTENT_TYPE") or "").lower() not in JSON_TYPES or not asks_json(meta.get("HTTP_ACCEPT")):
         return None
     length = meta.get("CONTENT_LENGTH")
     if length is not None and declared_length(length) is None:
@@ -155,6 +155,17 @@ def _plain_cart(meta: dict[str, Any], body: bytes) -> tuple[str, frozenset[str],
         return identity.user_id, identity.channels, validated(CartValidateInputSerializer, data)
     except (ApplicationError, ParseError, ValidationError):
         return None
+
+
+def asks_json(accept: str | None) -> bool:
+    """Whether DRF's negotiation (REST_FRAMEWORK's one JSON renderer) answers an Accept header's value with the JSON
+    the doors write: none, or media ranges without parameters of which one takes JSON ("application/json, text/plain,
+    */*", as browsers' and HTTP libraries' defaults send). A parameter ("; indent=2" changes DRF's rendering; q
+    values) or nothing JSON (DRF's 406) is the view's to answer."""
+    if accept is None:
+        return True
+    ranges = [part.strip().lower() for part in accept.split(",")]
+    return not any(";" in media for media in ranges) and any(media in JSON_RANGES for media in ranges)
 
 
 def _headers(request_id: str) -> list[tuple[bytes, bytes]]:

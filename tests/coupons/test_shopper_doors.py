@@ -231,9 +231,10 @@ def test_a_read_past_its_bound_is_a_store_failure_at_once_and_its_connection_clo
     assert answer == 1 and pool.opened == 1
 
 
-def my_coupons(base: str, user: str = "alice", query: str = "") -> tuple[int, dict[str, str], bytes]:
+def my_coupons(base: str, user: str = "alice", query: str = "", accept: str | None = None
+               ) -> tuple[int, dict[str, str], bytes]:
     request = urllib.request.Request(f"{base}/api/v1/me/coupons{query}", headers={
-        "X-User-Id": user, "X-Token": shopper_headers(user)["HTTP_X_TOKEN"]})
+        "X-User-Id": user, "X-Token": shopper_headers(user)["HTTP_X_TOKEN"], **({"Accept": accept} if accept else {})})
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
             return response.status, {k.lower(): v for k, v in response.headers.items()}, response.read()
@@ -275,6 +276,26 @@ def test_a_list_the_view_changes_or_links_is_the_views(http_server, client, live
     assert Coupon.objects.get(pk=due.pk).status == CouponStatus.EXPIRED
     assert json.loads(pages[2])["count"] == 21 and json.loads(pages[2])["next"].endswith("/api/v1/me/coupons?page=2")
     assert len(json.loads(filtered[2])["results"]) == 5
+
+
+@pytest.mark.parametrize(("accept", "door"), [
+    (None, "loop"), ("*/*", "loop"), ("application/json", "loop"), ("application/json, text/plain, */*", "loop"),
+    ("text/html,application/xhtml+xml,application/*", "loop"), ("application/json; indent=2", "view"),
+    ("text/html, application/json;q=0.9", "view"), ("text/html", "view")])
+def test_an_accept_that_drf_answers_with_plain_json_is_the_loops_any_other_the_views(
+        http_server, client, live_campaign, accept, door) -> None:
+    issued_coupon(live_campaign, "alice", **RULE)
+    headers = {} if accept is None else {"Accept": accept}
+
+    status, got, answer = over_http(http_server, cart(), headers=headers)
+    view = through_django(client, cart(), headers=headers)
+    listed = my_coupons(http_server, accept=accept)
+    view_list = client.get("/api/v1/me/coupons", **shopper_headers("alice"), **(
+        {} if accept is None else {"HTTP_ACCEPT": accept}))
+
+    assert (status, answer) == (view.status_code, view.content)
+    assert (listed[0], listed[2]) == (view_list.status_code, view_list.content)
+    assert {("allow" in got) == (door == "view"), ("allow" in listed[1]) == (door == "view")} == {True}
 
 
 def test_my_coupons_without_a_valid_token_is_djangos_401(http_server, client) -> None:

@@ -13,7 +13,8 @@ in a thread (cart_validate) and the web server's event loop (cart_validate_async
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -100,10 +101,27 @@ class Count(NamedTuple):
 
 
 class Uses(NamedTuple):
-    """Validation's ask: redis_state.code_uses_of(campaign_ids, user_id)."""
+    """Validation's ask: redis_state.code_uses_of(campaign_ids, user_id), in a thread (run) or on the event loop
+    (run_async); Redis failing is the 503."""
 
     campaign_ids: list[int]
     user_id: str
+
+    def run(self) -> dict[int, tuple[int | None, int]]:
+        with _redis_unavailable():
+            return redis_state.code_uses_of(self.campaign_ids, self.user_id)
+
+    async def run_async(self) -> dict[int, tuple[int | None, int]]:
+        with _redis_unavailable():
+            return await redis_state.code_uses_of_async(self.campaign_ids, self.user_id)
+
+
+@contextmanager
+def _redis_unavailable() -> Iterator[None]:
+    try:
+        yield
+    except redis_state.StoreUnavailable as exc:
+        raise Unavailable() from exc
 
 
 Ask = Read | Count | Uses
@@ -122,13 +140,11 @@ def cart_validate(*, user_id: str, cart: pricing.Cart, codes: list[str],
             ask = steps.send(reply)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
-        if isinstance(ask, Read):
-            reply = ask.run()
-        elif isinstance(ask, Count):
+        if isinstance(ask, Count):
             before_lookup(ask.n, ask.known)
             reply = None
         else:
-            reply = _code_uses(ask)
+            reply = ask.run()
 
 
 async def cart_validate_async(*, user_id: str, cart: pricing.Cart, codes: list[str], lookups: CodeLookups,
@@ -143,23 +159,11 @@ async def cart_validate_async(*, user_id: str, cart: pricing.Cart, codes: list[s
             ask = steps.send(reply)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
-        if isinstance(ask, Read):
-            reply = await ask.run_async()
-        elif isinstance(ask, Count):
+        if isinstance(ask, Count):
             await lookups.take_async(ask.n, ask.known)
             reply = None
         else:
-            try:
-                reply = await redis_state.code_uses_of_async(ask.campaign_ids, ask.user_id)
-            except redis_state.StoreUnavailable as exc:
-                raise Unavailable() from exc
-
-
-def _code_uses(ask: Uses) -> dict[int, tuple[int | None, int]]:
-    try:
-        return redis_state.code_uses_of(ask.campaign_ids, ask.user_id)
-    except redis_state.StoreUnavailable as exc:
-        raise Unavailable() from exc
+            reply = await ask.run_async()
 
 
 def validation(*, user_id: str, cart: pricing.Cart, codes: list[str], tags: frozenset[str] = frozenset(),

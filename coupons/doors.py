@@ -18,7 +18,7 @@ from __future__ import annotations
 import io
 import logging
 from collections.abc import Awaitable
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 from rest_framework.exceptions import ParseError, ValidationError
@@ -72,20 +72,20 @@ class ShopperDoors:
         self.inner.close()
 
     def cart_response(self, request: Request) -> Response | Awaitable[Response]:
-        meta = headers_environ(request.headers, request.client, only=ENVIRON_KEYS)
-        request_id = request_id_from(meta)
-        if not host_allowed(meta.get("HTTP_HOST") or server_host(request)):
-            return bad_host_response((b"x-request-id", request_id.encode()))
+        opened = _opened(request)
+        if not isinstance(opened, _Opened):
+            return opened
+        meta, request_id = opened
         checked = _plain_cart(meta, request.body)
         if checked is None:
             return self.inner.answer(request)
         return self._cart(meta, checked, request_id)
 
     def mine_response(self, request: Request) -> Response | Awaitable[Response]:
-        meta = headers_environ(request.headers, request.client, only=ENVIRON_KEYS)
-        request_id = request_id_from(meta)
-        if not host_allowed(meta.get("HTTP_HOST") or server_host(request)):
-            return bad_host_response((b"x-request-id", request_id.encode()))
+        opened = _opened(request)
+        if not isinstance(opened, _Opened):
+            return opened
+        meta, request_id = opened
         if not asks_json(meta.get("HTTP_ACCEPT")):
             return self.inner.answer(request)
         try:
@@ -124,6 +124,20 @@ class ShopperDoors:
         finally:
             request_id_var.reset(token)
         return 200, _headers(request_id), _RENDERER.render(answer.body)
+
+
+class _Opened(NamedTuple):
+    meta: dict[str, Any]  # the headers the doors read, as a WSGI environ holds them
+    request_id: str
+
+
+def _opened(request: Request) -> _Opened | Response:
+    """The request's headers and id, or the JSON 400 of a Host not ours (core.http.host_allowed)."""
+    meta = headers_environ(request.headers, request.client, only=ENVIRON_KEYS)
+    request_id = request_id_from(meta)
+    if not host_allowed(meta.get("HTTP_HOST") or server_host(request)):
+        return bad_host_response((b"x-request-id", request_id.encode()))
+    return _Opened(meta, request_id)
 
 
 def _failed(exc: Exception, request_id: str) -> Response:

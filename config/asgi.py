@@ -6,6 +6,7 @@ uvloop`).
     ClaimDoor        POST /api/v1/campaigns/{id}/claim on the event loop   (orders/door.py)
     ClaimStatusDoor  GET /api/v1/claims/{id} from Redis, long polls too    (orders/status_door.py)
     ShopperDoors     POST /api/v1/carts/validate, GET /api/v1/me/coupons   (coupons/doors.py)
+    UseDoor          POST /api/v1/coupons/{code}/{use} to Django's threads (coupons/use_door.py)
     HealthCheck      GET /healthz on the event loop                        (core/web.py)
     DjangoThreads    everything else: Django's WSGI handler in threads     (core/web.py; core/handlers.py)
 """
@@ -22,6 +23,7 @@ django_application = _django_application()  # the API's routes through the middl
 from config.body_limits import body_limits  # noqa: E402  (after Django is set up: the imports below load the apps)
 from core.web import DjangoThreads, HealthCheck, RouteBodyLimits, asgi  # noqa: E402
 from coupons.doors import ShopperDoors  # noqa: E402
+from coupons.use_door import UseDoor  # noqa: E402
 from orders.door import ClaimDoor  # noqa: E402
 from orders.status_door import ClaimStatusDoor  # noqa: E402
 from storefronts.keyring import KEYRING  # noqa: E402
@@ -33,7 +35,7 @@ def make_application(threads: int) -> Application:
     limits = body_limits()
     django = DjangoThreads(django_application, threads, limits)
     KEYRING.start()  # this worker's storefront keys read by its own thread before the first keyed token comes
-    return RouteBodyLimits(ClaimDoor(ClaimStatusDoor(ShopperDoors(HealthCheck(django)))), limits)
+    return RouteBodyLimits(ClaimDoor(ClaimStatusDoor(ShopperDoors(UseDoor(HealthCheck(django), django)))), limits)
 
 
 application = asgi(make_application(threads=int(os.environ.get("COUPONS_WEB_THREADS", "16"))))

@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
 from django.db.models import Model
 
@@ -23,10 +23,11 @@ def prepared_cursor() -> Any:
     prepared at its first run. A parameter's type must follow from its value or the SQL (server-side binding:
     cast where one parameter meets two types, `%(user)s::varchar`). Behind a pooler, session mode only
     (docs/scaling.md)."""
-    connection.close_if_health_check_failed()  # as Django's own cursors do (bounded: core/postgresql)
-    connection.ensure_connection()
-    raw = psycopg.Cursor(connection.connection)
-    return _LoggedPrepared(raw, connection) if connection.queries_logged else CursorWrapper(raw, connection)
+    db = connections[DEFAULT_DB_ALIAS]  # once: each use of the `connection` proxy looks the thread's up again
+    db.close_if_health_check_failed()  # as Django's own cursors do (bounded: core/postgresql)
+    db.ensure_connection()
+    raw = psycopg.Cursor(db.connection)
+    return _LoggedPrepared(raw, db) if db.queries_logged else CursorWrapper(raw, db)
 
 
 class Read:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple, cast
 
 from drf_spectacular.extensions import OpenApiSerializerExtension
 from drf_spectacular.plumbing import ResolvedComponent
@@ -22,7 +22,7 @@ from rest_framework.response import Response
 from campaigns import pricing
 from campaigns.apis import AmountInCurrencyField
 from campaigns.money import MINOR_UNITS, InvalidAmount, amount_re, parse_amount
-from core.api import ShopperApi, idempotency_key_parameter, pattern_schema
+from core.api import Shopper, ShopperApi, idempotency_key_parameter, pattern_schema
 from core.http import client_ip, idempotency_key
 
 from .api_fields import (
@@ -245,48 +245,79 @@ _ERRORS = {409: OpenApiResponse(description="The same Idempotency-Key is still i
            422: OpenApiResponse(description="The same Idempotency-Key was used with a different request.")}
 
 
+class UseCall(NamedTuple):
+    """What a use's request asks, once checked: its order, what a repeat of its Idempotency-Key must match, and
+    the use case to run on the canonical code (with the shopper's coupon of that code, if the guard read it)."""
+
+    order_id: str
+    payload: dict[str, Any]
+    run: Callable[[str, Coupon | None], UseOutcome]
+
+
 class CouponUseApi(ShopperApi):
-    """Base of redeem, reserve, confirm and release: every answer, errors included, is counted by outcome."""
+    """Base of redeem, reserve, confirm and release: every answer, errors included, is counted by outcome. Each
+    operation is its input serializer and `call` (what its checked input asks); the rest is use_answer(), which the
+    event loop's door (coupons/use_door.py) runs too."""
 
     operation = ""
     creates_use = False  # reserve and redeem: a shared code's use is written with others' (run_idempotent's apart)
+    key_required = False  # reserve and redeem: an Idempotency-Key is required
+    InputSerializer: type[serializers.Serializer]
 
-    @property
-    def ip(self) -> str | None:
-        return client_ip(self.request.META)
+    @staticmethod
+    def call(data: dict[str, Any], shopper: Shopper) -> UseCall:
+        raise NotImplementedError
 
     def finalize_response(self, request: Request, response: Any, *args: Any, **kwargs: Any) -> Any:
         response = super().finalize_response(request, response, *args, **kwargs)
-        data = getattr(response, "data", None)
-        outcome = data.get("status") if isinstance(data, dict) else None
-        USES.labels(self.operation, outcome if isinstance(outcome, str) else str(response.status_code)).inc()
+        count_use(self.operation, response.status_code, getattr(response, "data", None))
         return response
 
-    def use(self, code: str, order_id: str, key: str | None, payload: dict[str, Any],
-            run: Callable[[str, int | None], UseOutcome]) -> Response:
-        """The use `run(canonical code, own coupon id)` for order `order_id` of the coupon the shopper typed as
-        `code`, under the request's Idempotency-Key (`payload`: what a repeat of the key must match) and, unless
-        the code is the shopper's own, the unknown-code guard (coupons.guard). The guard's check of the shopper's
-        own finds the shopper's coupon of that code: the use does not look it up again."""
-        canonical, endpoint = coupon_endpoint(code, self.operation, self.user_id, self.ip)
-        own_coupon: list[int | None] = [None]
+    def use(self, request: Request, code: str) -> Response:
+        """The operation's use of the coupon the shopper typed as `code`: use_answer() of the checked request."""
+        key = idempotency_key(request._request, required=self.key_required)
+        call = self.call(self.validated(self.InputSerializer), cast(Shopper, request.user))
+        return answer_response(use_answer(type(self), code, self.user_id, client_ip(request.META), key, call))
 
-        def own() -> bool:
-            is_own, own_coupon[0] = code_is_own(code=canonical, user_id=self.user_id, order_id=order_id)
-            return is_own
 
-        return answer_response(run_idempotent(
-            user_id=self.user_id, endpoint=endpoint, key=key, payload=payload, apart=self.creates_use,
-            execute=guarded(self.user_id, self.ip, own=own, known=lambda: known_shared_code(canonical),
-                            execute=lambda: Answer(200, run(canonical, own_coupon[0]).body())),
-        ))
+def use_answer(operation: type[CouponUseApi], code: str, user_id: str, ip: str | None, key: str | None,
+               call: UseCall) -> Answer:
+    """The use `call.run(canonical code, own coupon)` for the order of the coupon the shopper typed as `code`,
+    under the request's Idempotency-Key (`call.payload`: what a repeat of the key must match) and, unless the code
+    is the shopper's own, the unknown-code guard (coupons.guard). The guard's check of the shopper's own reads the
+    shopper's coupon of that code: the use decides on that row (services._retrying), not reading it again."""
+    canonical, endpoint = coupon_endpoint(code, operation.operation, user_id, ip)
+    own_coupon: list[Coupon | None] = [None]
+
+    def own() -> bool:
+        is_own, own_coupon[0] = code_is_own(code=canonical, user_id=user_id, order_id=call.order_id)
+        return is_own
+
+    return run_idempotent(
+        user_id=user_id, endpoint=endpoint, key=key, payload=call.payload, apart=operation.creates_use,
+        execute=guarded(user_id, ip, own=own, known=lambda: known_shared_code(canonical),
+                        execute=lambda: Answer(200, call.run(canonical, own_coupon[0]).body())),
+    )
+
+
+def _of_order(use_case: Callable[..., UseOutcome], data: dict[str, Any], shopper: Shopper) -> UseCall:
+    """The call of an operation on an order's coupon by the order's id alone (confirm, release)."""
+    order_id = data["order_id"]
+    return UseCall(order_id, {"order_id": order_id}, lambda canonical, own: use_case(
+        user_id=shopper.user_id, code=canonical, order_id=order_id, own=own))
+
+
+def count_use(operation: str, http_status: int, body: Any) -> None:
+    """Count a use's answer by its outcome (the body's status; else the HTTP status): USES."""
+    outcome = body.get("status") if isinstance(body, dict) else None
+    USES.labels(operation, outcome if isinstance(outcome, str) else str(http_status)).inc()
 
 
 class CouponRedeemApi(CouponUseApi):
     """POST /api/v1/coupons/{code}/redeem: use the coupon for an order in one step."""
 
     operation = "redeem"
-    creates_use = True
+    creates_use = key_required = True
 
     class InputSerializer(OrderInputSerializer):
         class Meta:
@@ -308,18 +339,20 @@ class CouponRedeemApi(CouponUseApi):
                                  value={"order_id": "A-1001", "order_amount": "350.00", "currency": "CNY"})],
     )
     def post(self, request: Request, code: str) -> Response:
-        key = idempotency_key(request._request, required=True)
-        order = order_of(self.validated(self.InputSerializer), self.request.user)
-        return self.use(code, order.order_id, key, order.fingerprint_payload(),
-                        lambda canonical, own: coupon_redeem(user_id=self.user_id, code=canonical, order=order,
-                                                             own=own))
+        return self.use(request, code)
+
+    @staticmethod
+    def call(data: dict[str, Any], shopper: Shopper) -> UseCall:
+        order = order_of(data, shopper)
+        return UseCall(order.order_id, order.fingerprint_payload(), lambda canonical, own: coupon_redeem(
+            user_id=shopper.user_id, code=canonical, order=order, own=own))
 
 
 class CouponReserveApi(CouponUseApi):
     """POST /api/v1/coupons/{code}/reserve: hold the coupon for an order awaiting payment."""
 
     operation = "reserve"
-    creates_use = True
+    creates_use = key_required = True
 
     class InputSerializer(OrderInputSerializer):
         hold_seconds = WholeNumberField(
@@ -348,12 +381,14 @@ class CouponReserveApi(CouponUseApi):
                       "order_id": "A-1002", "order_amount": "350.00", "currency": "CNY", "hold_seconds": 900})],
     )
     def post(self, request: Request, code: str) -> Response:
-        key = idempotency_key(request._request, required=True)
-        data = self.validated(self.InputSerializer)
-        order, hold_seconds = order_of(data, self.request.user), data["hold_seconds"]
-        return self.use(code, order.order_id, key, {**order.fingerprint_payload(), "hold": hold_seconds},
-                        lambda canonical, own: coupon_reserve(user_id=self.user_id, code=canonical, order=order,
-                                                              hold_seconds=hold_seconds, own=own))
+        return self.use(request, code)
+
+    @staticmethod
+    def call(data: dict[str, Any], shopper: Shopper) -> UseCall:
+        order, hold_seconds = order_of(data, shopper), data["hold_seconds"]
+        return UseCall(order.order_id, {**order.fingerprint_payload(), "hold": hold_seconds},
+                       lambda canonical, own: coupon_reserve(user_id=shopper.user_id, code=canonical, order=order,
+                                                             hold_seconds=hold_seconds, own=own))
 
 
 class CouponConfirmApi(CouponUseApi):
@@ -382,11 +417,11 @@ class CouponConfirmApi(CouponUseApi):
                   OpenApiExample("request", request_only=True, value={"order_id": "A-1002"})],
     )
     def post(self, request: Request, code: str) -> Response:
-        key = idempotency_key(request._request)
-        order_id = self.validated(self.InputSerializer)["order_id"]
-        return self.use(code, order_id, key, {"order_id": order_id},
-                        lambda canonical, own: coupon_confirm(user_id=self.user_id, code=canonical,
-                                                              order_id=order_id, own=own))
+        return self.use(request, code)
+
+    @staticmethod
+    def call(data: dict[str, Any], shopper: Shopper) -> UseCall:
+        return _of_order(coupon_confirm, data, shopper)
 
 
 class CouponReleaseApi(CouponUseApi):
@@ -413,11 +448,11 @@ class CouponReleaseApi(CouponUseApi):
                   OpenApiExample("request", request_only=True, value={"order_id": "A-1002"})],
     )
     def post(self, request: Request, code: str) -> Response:
-        key = idempotency_key(request._request)
-        order_id = self.validated(self.InputSerializer)["order_id"]
-        return self.use(code, order_id, key, {"order_id": order_id},
-                        lambda canonical, own: coupon_release(user_id=self.user_id, code=canonical,
-                                                              order_id=order_id, own=own))
+        return self.use(request, code)
+
+    @staticmethod
+    def call(data: dict[str, Any], shopper: Shopper) -> UseCall:
+        return _of_order(coupon_release, data, shopper)
 
 
 # --- carts --------------------------------------------------------------------------------------------------

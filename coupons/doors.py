@@ -72,8 +72,8 @@ class ShopperDoors:
         self.inner.close()
 
     def cart_response(self, request: Request) -> Response | Awaitable[Response]:
-        opened = _opened(request)
-        if not isinstance(opened, _Opened):
+        opened = opened_request(request)
+        if not isinstance(opened, Opened):
             return opened
         meta, request_id = opened
         checked = _plain_cart(meta, request.body)
@@ -82,8 +82,8 @@ class ShopperDoors:
         return self._cart(meta, checked, request_id)
 
     def mine_response(self, request: Request) -> Response | Awaitable[Response]:
-        opened = _opened(request)
-        if not isinstance(opened, _Opened):
+        opened = opened_request(request)
+        if not isinstance(opened, Opened):
             return opened
         meta, request_id = opened
         if not asks_json(meta.get("HTTP_ACCEPT")):
@@ -101,13 +101,13 @@ class ShopperDoors:
         try:
             rows = await coupons.read(slice(0, CouponPagination.page_size)).run_async()
         except Exception as exc:
-            return _failed(exc, request_id)
+            return failed_response(exc, request_id)
         if not rows or coupons.due or (coupons.total or 0) > CouponPagination.page_size:
             handed = self.inner.answer(request)
             return handed if isinstance(handed, tuple) else await handed
         body = {"code": 0, "status": "ok", "count": coupons.total, "next": None, "previous": None,
                 "results": coupons_shown(rows)}
-        return 200, _headers(request_id), drf_json(body)
+        return 200, answer_headers(request_id), drf_json(body)
 
     async def _cart(self, meta: dict[str, Any], checked: tuple[str, frozenset[str], dict[str, Any]],
                     request_id: str) -> Response:
@@ -120,37 +120,37 @@ class ShopperDoors:
                     tags=tags_of(meta.get("HTTP_X_SHOPPER_TAGS")), channels=channels)
                 lookups.misses = answer.misses
         except Exception as exc:
-            return _failed(exc, request_id)
+            return failed_response(exc, request_id)
         finally:
             request_id_var.reset(token)
-        return 200, _headers(request_id), _RENDERER.render(answer.body)
+        return 200, answer_headers(request_id), _RENDERER.render(answer.body)
 
 
-class _Opened(NamedTuple):
+class Opened(NamedTuple):
     meta: dict[str, Any]  # the headers the doors read, as a WSGI environ holds them
     request_id: str
 
 
-def _opened(request: Request) -> _Opened | Response:
+def opened_request(request: Request) -> Opened | Response:
     """The request's headers and id, or the JSON 400 of a Host not ours (core.http.host_allowed)."""
     meta = headers_environ(request.headers, request.client, only=ENVIRON_KEYS)
     request_id = request_id_from(meta)
     if not host_allowed(meta.get("HTTP_HOST") or server_host(request)):
         return bad_host_response((b"x-request-id", request_id.encode()))
-    return _Opened(meta, request_id)
+    return Opened(meta, request_id)
 
 
-def _failed(exc: Exception, request_id: str) -> Response:
+def failed_response(exc: Exception, request_id: str) -> Response:
     """The answer Django's view gives to what a use case raised: its contract error, the 503 of a store that
     failed, or the contract's 500 (never a bare 500 page), its traceback in the log."""
     error = exc if isinstance(exc, ApplicationError) else unavailable_of(exc)
     if error is None:
         token = request_id_var.set(request_id)
-        log.exception("a shopper's read failed on the event loop")
+        log.exception("a shopper's request failed past Django's view")
         request_id_var.reset(token)
-        return 500, _headers(request_id), _FAILED
+        return 500, answer_headers(request_id), _FAILED
     extra = [(name.lower().encode(), value.encode()) for name, value in error.headers().items()]
-    return error.http_status, _headers(request_id) + extra, orjson.dumps(error_body(error))
+    return error.http_status, answer_headers(request_id) + extra, orjson.dumps(error_body(error))
 
 
 def _plain_cart(meta: dict[str, Any], body: bytes) -> tuple[str, frozenset[str], dict[str, Any]] | None:
@@ -182,5 +182,5 @@ def asks_json(accept: str | None) -> bool:
     return not any(";" in media for media in ranges) and any(media in JSON_RANGES for media in ranges)
 
 
-def _headers(request_id: str) -> list[tuple[bytes, bytes]]:
+def answer_headers(request_id: str) -> list[tuple[bytes, bytes]]:
     return [*HEADERS, (b"x-request-id", request_id.encode())]

@@ -49,7 +49,16 @@ _FREE_UNIQUE = f"""SELECT u.code, {_CAMPAIGN_ROWS.columns('k')} FROM {UniqueCode
     JOIN {_CAMPAIGN} k ON k.id = u.campaign_id WHERE u.code = ANY(%(codes)s::varchar[]) AND u.holder_id IS NULL"""
 _HAS_USED = f"""SELECT 1 FROM {_COUPON} c WHERE c.user_id = %(user)s::varchar
     AND c.status IN ('{CouponStatus.REDEEMED.value}', '{CouponStatus.HELD.value}') LIMIT 1"""
-_OWN_ID = f"SELECT c.id FROM {_COUPON} c WHERE c.code = %(code)s::varchar AND c.user_id = %(user)s::varchar"
+_OWN = f"{_WITH_CAMPAIGN} WHERE c.code = %(code)s::varchar AND c.user_id = %(user)s::varchar"
+# The shopper's coupon of a code (its row, as _OWN's), else whether the shopper used that shared code for an order
+# (a coupon of theirs whose claim id matches `use`, in a codes campaign of that code): services.code_is_own's.
+_OWN_OR_USE = f"""SELECT {_COUPON_ROWS.columns('c')}, {_CAMPAIGN_ROWS.columns('k')},
+    CASE WHEN c.id IS NOT NULL THEN true ELSE EXISTS (
+        SELECT 1 FROM {_COUPON} u WHERE u.user_id = %(user)s::varchar AND u.claim_id LIKE %(use)s::varchar
+        AND EXISTS (SELECT 1 FROM {_CAMPAIGN} s WHERE s.id = u.campaign_id AND s.kind = %(kind)s::varchar
+                    AND s.code = %(shared)s::varchar)) END
+FROM (SELECT 1) AS one LEFT JOIN ({_COUPON} c JOIN {_CAMPAIGN} k ON k.id = c.campaign_id)
+    ON c.code = %(code)s::varchar AND c.user_id = %(user)s::varchar"""
 _BY_ID = f"{_WITH_CAMPAIGN} WHERE c.id = %(id)s::bigint"
 _FAMILY = f"""{_WITH_CAMPAIGN} WHERE c.user_id = %(user)s::varchar AND c.campaign_id = %(campaign)s::bigint
     AND c.claim_id LIKE %(prefix)s::varchar ORDER BY c.id"""
@@ -62,12 +71,23 @@ _CART = f"""{_WITH_CAMPAIGN} WHERE c.user_id = %(user)s::varchar
           AND c.expires_at >= %(second)s::timestamptz AND k.currency = %(currency)s::varchar)
          OR c.code = ANY(%(codes)s::varchar[]))
     ORDER BY c.expires_at, c.id"""
-def own_coupon_id(*, code: str, user_id: str) -> int | None:
-    """The id of the shopper's coupon of this code (canonical), or None."""
+def own_coupon(*, code: str, user_id: str) -> Coupon | None:
+    """The shopper's coupon of this code (canonical), with its campaign, or None."""
+    found = _coupons(_OWN, {"code": code, "user": user_id})
+    return found[0] if found else None
+
+
+def own_coupon_or_use(*, code: str, user_id: str, use: str, kind: str, shared: str | None
+                      ) -> tuple[bool, Coupon | None]:
+    """(whether the code is the shopper's own, the shopper's coupon of that code): the coupon (with its campaign)
+    if the shopper has one of that code, else whether a coupon of theirs has a claim id LIKE `use` in a campaign of
+    `kind` whose code is `shared` (a use of that shared code). One statement."""
     with prepared_cursor() as cursor:
-        cursor.execute(_OWN_ID, {"code": code, "user": user_id})
+        cursor.execute(_OWN_OR_USE, {"code": code, "user": user_id, "use": use, "kind": kind, "shared": shared})
         row = cursor.fetchone()
-    return row[0] if row is not None else None
+    if row[0] is None:
+        return bool(row[-1]), None
+    return True, _built([row[:-1]])[0]
 
 
 def coupon_by_id(pk: int) -> Coupon:

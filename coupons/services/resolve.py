@@ -6,11 +6,10 @@ from django.utils import timezone
 
 from campaigns.models import Campaign, CampaignKind, shared_code_form
 from campaigns.services import live_campaign_of_code, remembered_live_campaign
-from core.db import prepared_cursor
 from core.errors import NotFound
 
 from ..codes import CODE_RE
-from ..hot_reads import coupon_by_id, own_coupon_id
+from ..hot_reads import own_coupon, own_coupon_or_use
 from ..models import Coupon
 from ..outcomes import UseOutcome
 from ..unique_codes import unique_code_lookup
@@ -24,7 +23,7 @@ from .unique import _unique_use
 
 def _code_used(code: str, user_id: str, order_id: str, decide: Decide, *, new_use: Order | None = None,
                first_use: FirstUse | None = None, absent: UseOutcome | None = None, source: str,
-               own: int | None = None) -> UseOutcome:
+               own: Coupon | None = None) -> UseOutcome:
     """Decide on the coupon `code` (canonical, typed_code_form) stands for, for this shopper and order:
     (a) the shopper's own coupon with that code (claimed, or a unique code the shopper holds);
     (b) a shared code of a live codes campaign: the shopper's coupon for this order's use of it, created
@@ -35,7 +34,7 @@ def _code_used(code: str, user_id: str, order_id: str, decide: Decide, *, new_us
     A reserve or redeem of a live shared code tries _first_shared_use first (the order's first use of it); a code
     in a claimed coupon's form (coupons.codes.CODE_RE) is looked up as the shopper's own first (a shared code
     of that form, 12 random symbols, is no code an operator types). `own`: the shopper's coupon of that code, if
-    the caller found it (code_is_own's answer): not looked up again."""
+    the caller read it (code_is_own's answer): not looked up again, its row the first attempt's (_retrying)."""
     canonical = typed_code_form(code)
     if canonical is None:
         raise NotFound("No such coupon.")
@@ -43,7 +42,7 @@ def _code_used(code: str, user_id: str, order_id: str, decide: Decide, *, new_us
     shared = shared_code_form(code)
     coupon_form = CODE_RE.fullmatch(code) is not None  # a claimed coupon's code: (a) first, no shared lookup
     if own is None and coupon_form:
-        own = own_coupon_id(code=code, user_id=user_id)
+        own = own_coupon(code=code, user_id=user_id)
     if own is None and shared is not None and new_use is not None and first_use is not None:
         campaign = live_campaign_of_code(shared, at=timezone.now())
         if campaign is not None:
@@ -51,9 +50,9 @@ def _code_used(code: str, user_id: str, order_id: str, decide: Decide, *, new_us
             if outcome is not None:
                 return outcome
     if own is None and not coupon_form:
-        own = own_coupon_id(code=code, user_id=user_id)
+        own = own_coupon(code=code, user_id=user_id)
     if own is not None:
-        return _retrying(lambda: coupon_by_id(own), decide)
+        return _retrying(own, decide)
     now = timezone.now()
     if shared is not None:
         campaign = live_campaign_of_code(shared, at=now)
@@ -78,26 +77,16 @@ def _campaign_of_use(shared: str, user_id: str, order_id: str) -> Campaign | Non
     return use.campaign if use is not None else None
 
 
-# code_is_own's statement: prepared (core.db), as it runs before every use of a code (Django's query compiler
-# cost it 3x the round trip). The shopper's coupons only: the index coupon_user_status, then a filter. The coupon
-# of that code first (its id: path (a) need not look it up again), else a use of that shared code for the order.
-_OWN_CODE = f"""WITH own AS (SELECT c.id FROM {Coupon._meta.db_table} c WHERE c.user_id = %s AND c.code = %s LIMIT 1)
-SELECT (SELECT id FROM own), EXISTS (SELECT 1 FROM own) OR EXISTS (
-    SELECT 1 FROM {Coupon._meta.db_table} c WHERE c.user_id = %s AND c.claim_id LIKE %s
-    AND EXISTS (SELECT 1 FROM {Campaign._meta.db_table} k
-                WHERE k.id = c.campaign_id AND k.kind = %s AND k.code = %s))"""
-
-
-def code_is_own(*, code: str, user_id: str, order_id: str) -> tuple[bool, int | None]:
+def code_is_own(*, code: str, user_id: str, order_id: str) -> tuple[bool, Coupon | None]:
     """Whether `code` (canonical) is the shopper's own for this order, as _code_used finds it without looking
-    anyone else's up: the shopper's coupon of that code (path a: its id too, for _code_used's `own`), or the
+    anyone else's up: the shopper's coupon of that code (path a: the coupon too, for _code_used's `own`), or the
     shopper's use of that shared code for this order, in any campaign that had it (path b's, as
-    _campaign_of_use finds it). Such a code is no guess: the unknown-code guard leaves it alone (coupons.guard)."""
+    _campaign_of_use finds it). Such a code is no guess: the unknown-code guard leaves it alone (coupons.guard).
+    One prepared statement (coupons.hot_reads), as it runs before every use of a code."""
     use = f"{SHARED_USE}%:{_use_digest(user_id, order_id)}:%"  # code:<campaign>:<digest>:<n>
-    with prepared_cursor() as cursor:
-        cursor.execute(_OWN_CODE, [user_id, code, user_id, use, CampaignKind.CODES.value, shared_code_form(code)])
-        coupon_id, own = cursor.fetchone()
-        return bool(own), coupon_id
+    return own_coupon_or_use(code=code, user_id=user_id, use=use, kind=CampaignKind.CODES.value,
+                             shared=shared_code_form(code))
+
 
 def known_shared_code(code: str) -> bool:
     """Whether `code` (canonical) is a live shared code this process remembers (no query): a code that stands for

@@ -39,7 +39,7 @@ def coupons_settle_due(*, user_id: str) -> int:
     return changed
 
 
-def coupon_redeem(*, user_id: str, code: str, order: Order, source: str = "api", own: int | None = None
+def coupon_redeem(*, user_id: str, code: str, order: Order, source: str = "api", own: Coupon | None = None
                   ) -> UseOutcome:
     """Redeem a coupon for an order in one step (also completes this order's own hold)."""
 
@@ -95,7 +95,7 @@ def _redeemed(coupon: Coupon) -> UseOutcome:
 
 def coupon_reserve(
     *, user_id: str, code: str, order: Order, hold_seconds: int = HOLD_SECONDS_DEFAULT, source: str = "api",
-    own: int | None = None,
+    own: Coupon | None = None,
 ) -> UseOutcome:
     """Hold a coupon for an order awaiting payment, until now + hold_seconds (confirm or release it)."""
     if not 1 <= hold_seconds <= HOLD_SECONDS_MAX:
@@ -141,7 +141,7 @@ def _reserved(coupon: Coupon) -> UseOutcome:
                 hold_until=coupon.hold_until, **answer)
 
 
-def coupon_confirm(*, user_id: str, code: str, order_id: str, source: str = "api", own: int | None = None
+def coupon_confirm(*, user_id: str, code: str, order_id: str, source: str = "api", own: Coupon | None = None
                    ) -> UseOutcome:
     """The held order was paid: turn its hold into a redemption."""
 
@@ -171,7 +171,7 @@ def coupon_confirm(*, user_id: str, code: str, order_id: str, source: str = "api
     return _code_used(code, user_id, order_id, decide, absent=refused(UseCode.NOT_HELD), source=source, own=own)
 
 
-def coupon_release(*, user_id: str, code: str, order_id: str, source: str = "api", own: int | None = None
+def coupon_release(*, user_id: str, code: str, order_id: str, source: str = "api", own: Coupon | None = None
                    ) -> UseOutcome:
     """Undo this order's hold or redemption (cancelled or unpaid): usable again if still valid. Idempotent."""
 

@@ -43,7 +43,8 @@ def test_reserve_confirm_release_of_a_claimed_coupon_read_and_change_it_through_
 
     # then: the answers and events as ever, no statement on coupons or campaigns compiled by the ORM, none
     # asking whether a claimed coupon's code is a live shared code (it is the shopper's own, looked up first),
-    # and the coupon's id found once a use, by the guard's check that the code is the shopper's own
+    # and the coupon read once a use, by the guard's check that the code is the shopper's own (its row the one
+    # the use decides on: not read again by id)
     assert [answer(r) for r in (reserved, confirmed, released)] == [
         (200, 0, "reserved"), (200, 0, "redeemed"), (200, 0, "released")]
     assert [t for t, _ in events_of(coupon)] == ["issued", "reserved", "redeemed", "released"]
@@ -52,9 +53,9 @@ def test_reserve_confirm_release_of_a_claimed_coupon_read_and_change_it_through_
     assert compiled == []
     campaign_reads = [q["sql"] for q in queries.captured_queries if "k.published_at IS NOT NULL" in q["sql"]]
     assert campaign_reads == []
-    own_lookups = [q["sql"] for q in queries.captured_queries
-                   if q["sql"].startswith(("WITH own AS", "SELECT c.id FROM"))]
-    assert len(own_lookups) == 3 and all(sql.startswith("WITH own AS") for sql in own_lookups)
+    own_reads = [q["sql"] for q in queries.captured_queries if "AS one LEFT JOIN" in q["sql"]]
+    by_id = [q["sql"] for q in queries.captured_queries if "WHERE c.id = %(id)s::bigint" in q["sql"]]
+    assert len(own_reads) == 3 and by_id == []
 
 
 def test_the_prepared_reads_build_the_objects_the_orm_builds(client, live_campaign) -> None:
@@ -73,9 +74,14 @@ def test_the_prepared_reads_build_the_objects_the_orm_builds(client, live_campai
     of_order = hot_reads.order_coupons(user_id="alice", order_id=ORDER["order_id"], now=now, exclude=None)
 
     # then: the same objects, field by field
-    assert hot_reads.own_coupon_id(code=coupon.code, user_id="alice") == coupon.pk
-    assert hot_reads.own_coupon_id(code=coupon.code, user_id="bob") is None
-    for read in (by_id, *in_cart, *of_order):
+    own = hot_reads.own_coupon(code=coupon.code, user_id="alice")
+    assert own is not None and hot_reads.own_coupon(code=coupon.code, user_id="bob") is None
+    is_own, of_check = hot_reads.own_coupon_or_use(code=coupon.code, user_id="alice", use="-", kind="codes",
+                                                   shared=None)
+    assert is_own and of_check is not None
+    assert hot_reads.own_coupon_or_use(code=coupon.code, user_id="bob", use="-", kind="codes", shared=None) == (
+        False, None)
+    for read in (by_id, own, of_check, *in_cart, *of_order):
         assert _fields(read) == _fields(orm)
     assert len(in_cart) == 1 and len(of_order) == 1
     assert hot_reads.order_coupons(user_id="alice", order_id=ORDER["order_id"], now=now + timedelta(hours=2),

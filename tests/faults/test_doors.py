@@ -194,14 +194,20 @@ def test_a_django_route_on_a_hung_postgresql_is_the_503_within_seconds(doors) ->
 def validate(stack: Stack, codes: list[str], shopper: str = "joy", timeout: float = 30.0
              ) -> tuple[int, dict[str, str], dict[str, object], float]:
     """(status, headers, JSON body, seconds) of a cart's validation (the event loop's door: coupons/doors.py)."""
+    return post_json(stack, "/api/v1/carts/validate", {"currency": "CNY", "codes": codes, "lines": [
+        {"sku": "TEA-1", "quantity": 1, "unit_price": "100.00"}]}, shopper, timeout=timeout)
+
+
+def post_json(stack: Stack, path: str, body: dict[str, object], shopper: str, headers: dict[str, str] | None = None,
+              timeout: float = 30.0) -> tuple[int, dict[str, str], dict[str, object], float]:
+    """(status, headers, JSON body, seconds) of a shopper's POST of JSON on a new connection."""
     parts = urllib.parse.urlsplit(stack.url)
-    body = json.dumps({"currency": "CNY", "codes": codes, "lines": [
-        {"sku": "TEA-1", "quantity": 1, "unit_price": "100.00"}]}).encode()
     conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
     started = time.monotonic()
     try:
-        conn.request("POST", "/api/v1/carts/validate", body=body, headers={
-            "Content-Type": "application/json", "X-User-Id": shopper, "X-Token": mint_token(shopper, ttl=600)})
+        conn.request("POST", path, body=json.dumps(body).encode(), headers={
+            "Content-Type": "application/json", "X-User-Id": shopper, "X-Token": mint_token(shopper, ttl=600),
+            **(headers or {})})
         response = conn.getresponse()
         answer = json.loads(response.read())
         return (response.status, {k.lower(): v for k, v in response.getheaders()}, answer,
@@ -244,3 +250,35 @@ def test_a_cart_needs_no_redis_but_for_its_codes_uses_and_the_guard_fails_open(d
     # with Redis down (coupons.guard), and looked up in PostgreSQL: not_found. Redis is asked nothing else.
     assert without_codes[0] == 200 and without_codes[3] < HUNG_ANSWER_SECONDS
     assert unknown_code[0] == 200 and unknown_code[2]["coupons"][0]["status"] == "not_found"  # type: ignore[index]
+
+
+def use(stack: Stack, code: str, key: str, shopper: str = "kim", timeout: float = 30.0
+        ) -> tuple[int, dict[str, str], dict[str, object], float]:
+    """(status, headers, JSON body, seconds) of a redeem (the use door's: coupons/use_door.py)."""
+    return post_json(stack, f"/api/v1/coupons/{code}/redeem", {
+        "order_id": "K-1", "order_amount": "100.00", "currency": "CNY"}, shopper, {"Idempotency-Key": key}, timeout)
+
+
+def test_a_use_on_a_hung_postgresql_is_the_503_within_the_statements_bound_its_key_left_free(doors) -> None:
+    # Given the use door's loop connections open (a use answered: no such code), then PostgreSQL hung
+    stack, postgres, _ = doors
+    assert use(stack, "NOPE-NOPE-1", "k-before")[:3:2] == (404, {
+        "code": 404, "status": "not_found", "detail": "No such coupon."})
+    hung = postgres_processes(postgres)
+    for process in hung:
+        process.send_signal(signal.SIGSTOP)
+    try:
+        answers = [use(stack, "NOPE-NOPE-2", f"k-hung-{n}") for n in range(2)]
+    finally:
+        for process in hung:
+            process.send_signal(signal.SIGCONT)
+
+    # Then each is the contract's 503 within the API's statement bound (3 s), without DRF's Allow (the door's
+    # answer); and once PostgreSQL answers, the same keys decide anew (nothing was left in flight: not a 409)
+    for answer in answers:
+        assert_unavailable(answer)
+        assert answer[3] < 5 and "allow" not in answer[1], answer
+    print(f"uses while PostgreSQL hung: {[(a[0], round(a[3], 2)) for a in answers]}")
+    assert wait_until(lambda: use(stack, "NOPE-NOPE-2", "k-hung-0")[0] != 503, 15)
+    for key in ("k-hung-0", "k-hung-1"):  # the unknown code, or past the guard's limit: decided, not in flight
+        assert use(stack, "NOPE-NOPE-2", key)[0] in (404, 429)

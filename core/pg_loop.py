@@ -5,9 +5,8 @@ A blocking statement in a Django thread costs the worker ~250-300 us of CPU in G
 thread and Django's (docs/design.md, "Cost of a thread"); awaited here it costs the loop what psycopg's async
 protocol does. Each event loop (a worker's) keeps up to CONNECTIONS connections of Django's DATABASES settings,
 made as Django makes its own (`get_connection_params()`: the same adapters, so rows load as the ORM's do;
-prepare_threshold 0: every statement prepared; the session's time zone Django's), in autocommit: a door reads,
-and commits at once the one write it makes before a use's transaction (an Idempotency-Key's claim,
-coupons/use_door.py). A request waits for a free one in turn.
+prepare_threshold 0: every statement prepared; the session's time zone Django's), in autocommit: a door only
+reads. A request waits for a free one in turn.
 
 Bounded as Django's API statements are (core.postgresql, API_STATEMENT_SECONDS): every wait for the server (a
 statement, a connect beside connect_timeout) and the wait for a free connection. A connection whose statement

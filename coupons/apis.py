@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from drf_spectacular.extensions import OpenApiSerializerExtension
 from drf_spectacular.plumbing import ResolvedComponent
@@ -38,8 +38,9 @@ from .api_fields import (
     shipping_re,
 )
 from .carts import cart_validate
-from .guard import CodeLookups
-from .idempotency import Answer
+from .guard import CodeLookups, guarded, refuse_unknown
+from .idempotency import Answer, run_idempotent
+from .metrics import USES
 from .models import Coupon, CouponStatus
 from .outcomes import REFUSALS, UseCode, UseOutcome, refused
 from .services import (
@@ -47,12 +48,14 @@ from .services import (
     HOLD_SECONDS_MAX,
     TYPED_CODE_RE,
     Order,
+    code_is_own,
     coupon_confirm,
     coupon_redeem,
     coupon_release,
     coupon_reserve,
+    known_shared_code,
+    typed_code_form,
 )
-from .use_case import UseCall, UseRequest, count_use
 
 
 class CouponOutputSerializer(serializers.ModelSerializer):
@@ -185,6 +188,15 @@ def order_of(data: dict[str, Any], shopper: Any) -> Order:
                  lines=data["lines"], shipping=data["shipping"], tags=shopper.tags, channels=shopper.channels)
 
 
+def coupon_endpoint(code: str, action: str, user_id: str, ip: str | None = None) -> tuple[str, str]:
+    """Return (canonical code, idempotency endpoint); a code that can't exist is the same 404 as unknown
+    (and counts as one: coupons.guard)."""
+    canonical = typed_code_form(code)
+    if canonical is None:
+        refuse_unknown(user_id, ip)  # raises: TooManyMisses or NotFound
+    return canonical, f"POST /api/v1/coupons/{canonical}/{action}"
+
+
 def answer_response(answer: Answer) -> Response:
     headers = {"Idempotent-Replayed": "true"} if answer.replayed else None
     return Response(answer.body, status=answer.status, headers=headers)
@@ -233,10 +245,19 @@ _ERRORS = {409: OpenApiResponse(description="The same Idempotency-Key is still i
            422: OpenApiResponse(description="The same Idempotency-Key was used with a different request.")}
 
 
+class UseCall(NamedTuple):
+    """What a use's request asks, once checked: its order, what a repeat of its Idempotency-Key must match, and
+    the use case to run on the canonical code (with the shopper's coupon of that code, if the guard read it)."""
+
+    order_id: str
+    payload: dict[str, Any]
+    run: Callable[[str, Coupon | None], UseOutcome]
+
+
 class CouponUseApi(ShopperApi):
     """Base of redeem, reserve, confirm and release: every answer, errors included, is counted by outcome. Each
-    operation is its input serializer and `call` (what its checked input asks); the rest is coupons.use_case's,
-    which the event loop's door (coupons/use_door.py) runs too."""
+    operation is its input serializer and `call` (what its checked input asks); the rest is use_answer(), which the
+    event loop's door (coupons/use_door.py) runs too."""
 
     operation = ""
     creates_use = False  # reserve and redeem: a shared code's use is written with others' (run_idempotent's apart)
@@ -253,15 +274,30 @@ class CouponUseApi(ShopperApi):
         return response
 
     def use(self, request: Request, code: str) -> Response:
-        """The operation's use of the coupon the shopper typed as `code`, all of it in this thread."""
+        """The operation's use of the coupon the shopper typed as `code`: use_answer() of the checked request."""
         key = idempotency_key(request._request, required=self.key_required)
         call = self.call(self.validated(self.InputSerializer), cast(Shopper, request.user))
-        return answer_response(self.request_of(code, self.user_id, client_ip(request.META), key, call).run())
+        return answer_response(use_answer(type(self), code, self.user_id, client_ip(request.META), key, call))
 
-    @classmethod
-    def request_of(cls, code: str, user_id: str, ip: str | None, key: str | None, call: UseCall) -> UseRequest:
-        """This operation's use of the coupon the shopper typed as `code` (coupons.use_case)."""
-        return UseRequest(cls.operation, cls.creates_use, code, user_id, ip, key, call)
+
+def use_answer(operation: type[CouponUseApi], code: str, user_id: str, ip: str | None, key: str | None,
+               call: UseCall) -> Answer:
+    """The use `call.run(canonical code, own coupon)` for the order of the coupon the shopper typed as `code`,
+    under the request's Idempotency-Key (`call.payload`: what a repeat of the key must match) and, unless the code
+    is the shopper's own, the unknown-code guard (coupons.guard). The guard's check of the shopper's own reads the
+    shopper's coupon of that code: the use decides on that row (services._retrying), not reading it again."""
+    canonical, endpoint = coupon_endpoint(code, operation.operation, user_id, ip)
+    own_coupon: list[Coupon | None] = [None]
+
+    def own() -> bool:
+        is_own, own_coupon[0] = code_is_own(code=canonical, user_id=user_id, order_id=call.order_id)
+        return is_own
+
+    return run_idempotent(
+        user_id=user_id, endpoint=endpoint, key=key, payload=call.payload, apart=operation.creates_use,
+        execute=guarded(user_id, ip, own=own, known=lambda: known_shared_code(canonical),
+                        execute=lambda: Answer(200, call.run(canonical, own_coupon[0]).body())),
+    )
 
 
 def _of_order(use_case: Callable[..., UseOutcome], data: dict[str, Any], shopper: Shopper) -> UseCall:
@@ -269,6 +305,12 @@ def _of_order(use_case: Callable[..., UseOutcome], data: dict[str, Any], shopper
     order_id = data["order_id"]
     return UseCall(order_id, {"order_id": order_id}, lambda canonical, own: use_case(
         user_id=shopper.user_id, code=canonical, order_id=order_id, own=own))
+
+
+def count_use(operation: str, http_status: int, body: Any) -> None:
+    """Count a use's answer by its outcome (the body's status; else the HTTP status): USES."""
+    outcome = body.get("status") if isinstance(body, dict) else None
+    USES.labels(operation, outcome if isinstance(outcome, str) else str(http_status)).inc()
 
 
 class CouponRedeemApi(CouponUseApi):

@@ -17,7 +17,7 @@ a cluster, so they are two runs of the script, in one pipelined round trip; when
 is given back (meanwhile it may refuse another request of the same shopper at the margin: never let one more in).
 
 A shopper's own coupon is no guess and never passes through the guard: its code, or the shopper's use of a shared
-code for the order (services.code_is_own_read), and a cart's codes that are the shopper's (carts.cart_validate). Past
+code for the order (services.code_is_own), and a cart's codes that are the shopper's (carts.cart_validate). Past
 an address's limit, a shopper behind the same NAT still reserves, redeems, confirms and releases their own.
 
 The counters are no campaign's state, so they run without replica acks (a failover that loses a minute's

@@ -77,16 +77,14 @@ def own_coupon(*, code: str, user_id: str) -> Coupon | None:
     return found[0] if found else None
 
 
-def own_coupon_or_use_read(*, code: str, user_id: str, use: str, kind: str, shared: str | None) -> Read:
-    """A Read of (whether the code is the shopper's own, the shopper's coupon of that code): the coupon (with its
-    campaign) if the shopper has one of that code, else whether a coupon of theirs has a claim id LIKE `use` in a
-    campaign of `kind` whose code is `shared` (a use of that shared code). One statement."""
-    return Read(_OWN_OR_USE, {"code": code, "user": user_id, "use": use, "kind": kind, "shared": shared},
-                _own_or_use)
-
-
-def _own_or_use(rows: list[Sequence[Any]]) -> tuple[bool, Coupon | None]:
-    row = rows[0]
+def own_coupon_or_use(*, code: str, user_id: str, use: str, kind: str, shared: str | None
+                      ) -> tuple[bool, Coupon | None]:
+    """(whether the code is the shopper's own, the shopper's coupon of that code): the coupon (with its campaign)
+    if the shopper has one of that code, else whether a coupon of theirs has a claim id LIKE `use` in a campaign of
+    `kind` whose code is `shared` (a use of that shared code). One statement."""
+    with prepared_cursor() as cursor:
+        cursor.execute(_OWN_OR_USE, {"code": code, "user": user_id, "use": use, "kind": kind, "shared": shared})
+        row = cursor.fetchone()
     if row[0] is None:
         return bool(row[-1]), None
     return True, _built([row[:-1]])[0]

@@ -23,7 +23,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
-from core.db import Read, prepared_cursor
+from core.db import prepared_cursor
 from core.errors import ApplicationError, OutcomeUnknown
 
 from .models import IdempotencyRecord
@@ -96,22 +96,17 @@ def fingerprint(payload: dict[str, Any]) -> str:
 # A key's statements on every request that sends one: prepared (core.db), not compiled by Django's ORM each time.
 _TABLE = IdempotencyRecord._meta.db_table
 _CLAIM = (f"INSERT INTO {_TABLE} (user_id, endpoint, key, fingerprint, in_flight, created_at) "
-          "VALUES (%(user)s, %(endpoint)s, %(key)s, %(digest)s, true, %(now)s) "
-          "ON CONFLICT (user_id, endpoint, key) DO NOTHING RETURNING true")
+          "VALUES (%s, %s, %s, %s, true, %s) ON CONFLICT (user_id, endpoint, key) DO NOTHING")
 _ANSWERED = (f"UPDATE {_TABLE} SET in_flight = false, response_status = %s, response_body = %s "
              "WHERE user_id = %s AND endpoint = %s AND key = %s")
 _FREED = f"DELETE FROM {_TABLE} WHERE user_id = %s AND endpoint = %s AND key = %s AND in_flight"
 
 
-def key_claim_read(*, user_id: str, endpoint: str, key: str, payload: dict[str, Any]) -> Read:
-    """The key's claim, as a Read (core.db: in a thread or on the event loop, in autocommit: committed at once):
-    the key inserted 'in flight' for the request `payload` (True), or False when it exists already."""
-    return Read(_CLAIM, {"user": user_id, "endpoint": endpoint, "key": key, "digest": fingerprint(payload),
-                         "now": timezone.now()}, _inserted)
-
-
-def _inserted(rows: list[Any]) -> bool:
-    return bool(rows)
+def _claim_key(user_id: str, endpoint: str, key: str, digest: str) -> bool:
+    """Insert the key as 'in flight' (committed at once); False when it already exists."""
+    with prepared_cursor() as cursor:
+        cursor.execute(_CLAIM, [user_id, endpoint, key, digest, timezone.now()])
+        return cursor.rowcount == 1
 
 
 def _take_over(record: IdempotencyRecord, digest: str) -> bool:
@@ -125,7 +120,7 @@ def _take_over(record: IdempotencyRecord, digest: str) -> bool:
 
 def run_idempotent(
     *, user_id: str, endpoint: str, key: str | None, payload: dict[str, Any], execute: Callable[[], Answer],
-    apart: bool = False, claimed: bool | None = None,
+    apart: bool = False,
 ) -> Answer:
     """Run `execute` at most once per (user, endpoint, key); replay its stored answer for a repeat. `apart`:
     `execute` commits its effect itself (a reserve or redeem: a shared code's first use is written together
@@ -133,14 +128,11 @@ def run_idempotent(
     process that dies in between leaves the key in flight, and the repeat after STALE_IN_FLIGHT decides again,
     which for a use gives the same answer (a use is the order's: the same order gets its use back). So does an
     `execute` that raises OutcomeUnknown (its use handed to a batch that ran past the request's wait,
-    core.together): the key stays in flight, and the use is decided once, by that batch. `claimed`: the key's
-    claim (key_claim_read) already ran, with that answer."""
+    core.together): the key stays in flight, and the use is decided once, by that batch."""
     if key is None:
         return execute()
     digest = fingerprint(payload)
-    if claimed is None:
-        claimed = key_claim_read(user_id=user_id, endpoint=endpoint, key=key, payload=payload).run()
-    if not claimed:
+    if not _claim_key(user_id, endpoint, key, digest):
         record = IdempotencyRecord.objects.get(user_id=user_id, endpoint=endpoint, key=key)
         now = timezone.now()
         expired = record.created_at < now - RETENTION

@@ -1,8 +1,7 @@
 """A coupon's use past Django's handler: POST /api/v1/coupons/{code}/redeem, reserve, confirm and release checked on
-the event loop, their reads before the transaction awaited there (the shopper's coupon of the code, the
-Idempotency-Key's claim: core.pg_loop) and the use itself run in a Django thread, all by their one use case
-(coupons.use_case.UseRequest, as the view runs it), without the request's trip through Django's handler, its
-middleware and DRF's view (docs/benchmarks.md).
+the event loop and run in a Django thread by their one use case (coupons.apis.use_answer), without the request's
+trip through Django's handler, its middleware and DRF's view, which cost a use about a quarter of its CPU
+(docs/benchmarks.md).
 
 Only a plain request is taken, as coupons/doors.py takes a cart: a Host of ours, a valid shopper token, no query
 string, a code of ASCII, an answer asked as JSON, a body of JSON in UTF-8 that the view's input serializer accepts
@@ -12,7 +11,7 @@ refusal of a request keeps its one implementation there. In the thread the use r
 Django's request signals (its connection checked and closed as a request's), every statement bounded as the
 API's are (core.postgresql), the request's id in its log lines; what it raises is answered as the view answers
 it (core.errors: the contract's error, the 503 of a store that failed), and its answer is counted as the view
-counts it (coupons.use_case.count_use).
+counts it (coupons.apis.count_use).
 """
 from __future__ import annotations
 
@@ -37,9 +36,16 @@ from core.postgresql.base import API_STATEMENT_SECONDS, statements_bounded
 from core.web import DjangoThreads
 from webserver.interface import Application, Request, Response
 
-from .apis import CouponConfirmApi, CouponRedeemApi, CouponReleaseApi, CouponReserveApi, CouponUseApi
+from .apis import (
+    CouponConfirmApi,
+    CouponRedeemApi,
+    CouponReleaseApi,
+    CouponReserveApi,
+    CouponUseApi,
+    count_use,
+    use_answer,
+)
 from .doors import JSON_TYPES, Opened, answer_headers, asks_json, failed_response, opened_request
-from .use_case import UseRequest, count_use
 
 USE_PATH = re.compile(r"/api/v1/coupons/([^/]+)/(redeem|reserve|confirm|release)")
 OPERATIONS: dict[str, type[CouponUseApi]] = {
@@ -53,9 +59,12 @@ _REPLAYED = (b"idempotent-replayed", b"true")
 class _Use(NamedTuple):
     """A plain use's checked request: what the view would have made of it."""
 
-    operation: str
-    request: UseRequest
-    shopper_id: str
+    operation: type[CouponUseApi]
+    code: str
+    shopper: Shopper
+    ip: str | None
+    key: str | None
+    data: dict[str, Any]
     request_id: str
 
 
@@ -82,15 +91,7 @@ class UseDoor:
         self.inner.close()
 
     async def _answered(self, use: _Use) -> Response:
-        """The use's reads awaited here (its connections: core.pg_loop), the use in a Django thread."""
-        token = request_id_var.set(use.request_id)
-        try:
-            results = [await read.run_async() for read in use.request.reads()]
-        except Exception as exc:  # noqa: BLE001 - answered as the view answers it
-            return _counted(use, failed_response(exc, use.request_id))
-        finally:
-            request_id_var.reset(token)
-        return await asyncio.get_running_loop().run_in_executor(self.executor, _run, use, results)
+        return await asyncio.get_running_loop().run_in_executor(self.executor, _run, use)
 
 
 def _plain_use(request: Request, opened: Opened, code: str, operation: type[CouponUseApi]) -> _Use | None:
@@ -116,33 +117,28 @@ def _plain_use(request: Request, opened: Opened, code: str, operation: type[Coup
     except (ApplicationError, ParseError, ValidationError):
         return None
     shopper = Shopper(identity.user_id, tags_of(meta.get("HTTP_X_SHOPPER_TAGS")), identity.channels)
-    use = operation.request_of(code, shopper.user_id, client_ip(meta), key, operation.call(checked, shopper))
-    return _Use(operation.operation, use, shopper.user_id, opened.request_id)
+    return _Use(operation, code, shopper, client_ip(meta), key, checked, opened.request_id)
 
 
-def _run(use: _Use, results: list[Any]) -> Response:
+def _run(use: _Use) -> Response:
     """The use in a Django thread, as Django's handler and the view run it."""
     token, fields = request_id_var.set(use.request_id), log_fields_var.set(None)
     try:
         signals.request_started.send(sender=UseDoor)  # Django's connections checked, as at a request's start
-        add_log_fields(shopper=use.shopper_id)
+        add_log_fields(shopper=use.shopper.user_id)
         with statements_bounded(API_STATEMENT_SECONDS):
-            answer = use.request.answer(results)
-        count_use(use.operation, answer.status, answer.body)
+            answer = use_answer(use.operation, use.code, use.shopper.user_id, use.ip, use.key,
+                                use.operation.call(use.data, use.shopper))
+        count_use(use.operation.operation, answer.status, answer.body)
         headers = answer_headers(use.request_id)
         if answer.replayed:
             headers.append(_REPLAYED)
         return answer.status, headers, _RENDERER.render(answer.body)
     except Exception as exc:  # noqa: BLE001 - answered as the view answers it
-        return _counted(use, failed_response(exc, use.request_id))
+        status, headers, body = failed_response(exc, use.request_id)
+        count_use(use.operation.operation, status, orjson.loads(body) if isinstance(body, bytes) else None)
+        return status, headers, body
     finally:
         log_fields_var.reset(fields)
         request_id_var.reset(token)
         signals.request_finished.send(sender=UseDoor)  # and closed or kept, as at its end
-
-
-def _counted(use: _Use, response: Response) -> Response:
-    """An error's response, its outcome counted as the view counts it (coupons.use_case.count_use)."""
-    status, _, body = response
-    count_use(use.operation, status, orjson.loads(body) if isinstance(body, bytes) else None)
-    return response

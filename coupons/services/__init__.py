@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from .first_uses import FirstUse, Plan
 from .order import CurrencyMismatch, Order, OrderCartChanged, cart_digest, shares_of
-from .resolve import code_is_own_read, known_shared_code
+from .resolve import code_is_own, known_shared_code
 from .takes import code_uses_give_back_orphans
 from .transitions import MAX_ATTEMPTS, Change, Contention, Decide, coupon_settle
 from .typed import (
@@ -50,7 +50,7 @@ from .uses import (
 __all__ = [
     "HOLD_SECONDS_DEFAULT", "HOLD_SECONDS_MAX", "MAX_ATTEMPTS", "SHARED_USE", "TYPED_CODE_RE", "UNIQUE_USE",
     "USE_ID_RE", "Change", "Contention", "CurrencyMismatch", "Decide", "FirstUse", "Order", "OrderCartChanged", "Plan",
-    "cart_digest", "code_is_own_read", "code_uses_give_back_orphans", "coupon_confirm", "coupon_extend_validity",
+    "cart_digest", "code_is_own", "code_uses_give_back_orphans", "coupon_confirm", "coupon_extend_validity",
     "coupon_owned_by", "coupon_redeem", "coupon_release", "coupon_reserve", "coupon_revoke", "coupon_settle",
     "coupons_settle_due", "held_uses", "is_code_use_id", "is_shared_use", "known_shared_code", "shares_of",
     "take_member", "typed_code_form",

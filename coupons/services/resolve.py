@@ -6,11 +6,10 @@ from django.utils import timezone
 
 from campaigns.models import Campaign, CampaignKind, shared_code_form
 from campaigns.services import live_campaign_of_code, remembered_live_campaign
-from core.db import Read
 from core.errors import NotFound
 
 from ..codes import CODE_RE
-from ..hot_reads import own_coupon, own_coupon_or_use_read
+from ..hot_reads import own_coupon, own_coupon_or_use
 from ..models import Coupon
 from ..outcomes import UseOutcome
 from ..unique_codes import unique_code_lookup
@@ -78,16 +77,15 @@ def _campaign_of_use(shared: str, user_id: str, order_id: str) -> Campaign | Non
     return use.campaign if use is not None else None
 
 
-def code_is_own_read(*, code: str, user_id: str, order_id: str) -> Read:
+def code_is_own(*, code: str, user_id: str, order_id: str) -> tuple[bool, Coupon | None]:
     """Whether `code` (canonical) is the shopper's own for this order, as _code_used finds it without looking
-    anyone else's up, as a Read (core.db) of (whether it is, the shopper's coupon of that code): the shopper's
-    coupon of that code (path a: the coupon too, for _code_used's `own`), or the shopper's use of that shared code
-    for this order, in any campaign that had it (path b's, as _campaign_of_use finds it). Such a code is no guess:
-    the unknown-code guard leaves it alone (coupons.guard). One prepared statement (coupons.hot_reads), as it runs
-    before every use of a code."""
+    anyone else's up: the shopper's coupon of that code (path a: the coupon too, for _code_used's `own`), or the
+    shopper's use of that shared code for this order, in any campaign that had it (path b's, as
+    _campaign_of_use finds it). Such a code is no guess: the unknown-code guard leaves it alone (coupons.guard).
+    One prepared statement (coupons.hot_reads), as it runs before every use of a code."""
     use = f"{SHARED_USE}%:{_use_digest(user_id, order_id)}:%"  # code:<campaign>:<digest>:<n>
-    return own_coupon_or_use_read(code=code, user_id=user_id, use=use, kind=CampaignKind.CODES.value,
-                                  shared=shared_code_form(code))
+    return own_coupon_or_use(code=code, user_id=user_id, use=use, kind=CampaignKind.CODES.value,
+                             shared=shared_code_form(code))
 
 
 def known_shared_code(code: str) -> bool:

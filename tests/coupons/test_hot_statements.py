@@ -76,12 +76,11 @@ def test_the_prepared_reads_build_the_objects_the_orm_builds(client, live_campai
     # then: the same objects, field by field
     own = hot_reads.own_coupon(code=coupon.code, user_id="alice")
     assert own is not None and hot_reads.own_coupon(code=coupon.code, user_id="bob") is None
-    own_read = hot_reads.own_coupon_or_use_read(code=coupon.code, user_id="alice", use="-", kind="codes",
-                                                shared=None)
-    is_own, of_check = own_read.run()
+    is_own, of_check = hot_reads.own_coupon_or_use(code=coupon.code, user_id="alice", use="-", kind="codes",
+                                                   shared=None)
     assert is_own and of_check is not None
-    assert hot_reads.own_coupon_or_use_read(code=coupon.code, user_id="bob", use="-", kind="codes",
-                                            shared=None).run() == (False, None)
+    assert hot_reads.own_coupon_or_use(code=coupon.code, user_id="bob", use="-", kind="codes", shared=None) == (
+        False, None)
     for read in (by_id, own, of_check, *in_cart, *of_order):
         assert _fields(read) == _fields(orm)
     assert len(in_cart) == 1 and len(of_order) == 1

@@ -1,7 +1,7 @@
 """A coupon's use past Django's handler: POST /api/v1/coupons/{code}/redeem, reserve, confirm and release checked on
 the event loop and run in a Django thread by their one use case (coupons.apis.use_answer), without the request's
-trip through Django's handler, its middleware and DRF's view, which cost a use about a quarter of its CPU
-(docs/benchmarks.md).
+trip through Django's handler, its middleware and DRF's view, which cost a claimed coupon's use a third of its CPU
+(docs/benchmarks.md). No throttle is skipped: the API's views have none (the unknown-code guard is the use case's).
 
 Only a plain request is taken, as coupons/doors.py takes a cart: a Host of ours, a valid shopper token, no query
 string, a code of ASCII, an answer asked as JSON, a body of JSON in UTF-8 that the view's input serializer accepts

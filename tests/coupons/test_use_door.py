@@ -92,6 +92,11 @@ def test_each_use_of_a_claimed_coupon_answers_from_the_door_as_the_view_answers_
         again = through_django(client, f"/api/v1/coupons/{campaign_coupons['alice'].code}/{action}", body,
                                headers=key)
         assert (again.status_code, again.content) == (status, door) and again["Idempotent-Replayed"] == "true"
+        # and through the door too
+        status_again, headers_again, door_again = over_http(
+            http_server, f"/api/v1/coupons/{campaign_coupons['alice'].code}/{action}", body, headers=key)
+        assert (status_again, door_again) == (status, door) and headers_again["idempotent-replayed"] == "true"
+        assert "allow" not in headers_again
 
     # and both coupons went the same way, their rows agreeing with their events; the door's answers counted
     rows = {user: Coupon.objects.values_list("status", "version", "discount").get(pk=coupon.pk)
@@ -100,7 +105,7 @@ def test_each_use_of_a_claimed_coupon_answers_from_the_door_as_the_view_answers_
     assert [e.type for e in CouponEvent.objects.filter(coupon_id=campaign_coupons["alice"].pk).order_by("id")] == [
         e.type for e in CouponEvent.objects.filter(coupon_id=campaign_coupons["bob"].pk).order_by("id")]
     assert_rows_agree_with_events()
-    assert served_count(http_server, "redeem", "redeemed") - redeemed_before == 2  # the door's two redeems
+    assert served_count(http_server, "redeem", "redeemed") - redeemed_before == 4  # the door's, and its replays
 
 
 def test_a_shared_codes_use_and_the_refusals_a_use_decides_answer_from_the_door_as_from_the_view(

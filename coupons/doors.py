@@ -42,11 +42,13 @@ from .selectors import UserCoupons
 
 log = logging.getLogger(__name__)
 CART_PATH, MINE_PATH = "/api/v1/carts/validate", "/api/v1/me/coupons"
-# Every environ key the doors read (the Host; the shopper's token; the client's address; the body's kind), by raw name.
+# Every environ key the doors read (the Host; the shopper's token; the client's address; the body's kind; a use's
+# Idempotency-Key: coupons/use_door.py), by raw name.
 ENVIRON_KEYS = {b"host": "HTTP_HOST", b"x-user-id": "HTTP_X_USER_ID", b"x-token": "HTTP_X_TOKEN",
                      b"x-shopper-tags": "HTTP_X_SHOPPER_TAGS", b"x-request-id": "HTTP_X_REQUEST_ID",
                      b"x-forwarded-for": "HTTP_X_FORWARDED_FOR", b"content-type": "CONTENT_TYPE",
-                     b"content-length": "CONTENT_LENGTH", b"accept": "HTTP_ACCEPT"}
+                     b"content-length": "CONTENT_LENGTH", b"accept": "HTTP_ACCEPT",
+                     b"idempotency-key": "HTTP_IDEMPOTENCY_KEY"}
 JSON_TYPES = frozenset({"application/json", "application/json; charset=utf-8", "application/json;charset=utf-8"})
 JSON_RANGES = frozenset({"*/*", "application/*", "application/json"})
 # The event loop's doors' headers (the claim's, the claim status's): JSON, nosniff, private, no-store.

@@ -29,7 +29,7 @@ from rest_framework.renderers import JSONRenderer
 from core.api import Shopper, validated
 from core.auth import tags_of
 from core.errors import ApplicationError
-from core.http import client_ip, declared_length, idempotency_key_in, shopper_identity
+from core.http import client_ip, declared_length, idempotency_key_of, shopper_identity
 from core.logs import add_log_fields, log_fields_var, request_id_var
 from core.parsers import StrictJSONParser
 from core.postgresql.base import API_STATEMENT_SECONDS, statements_bounded
@@ -50,8 +50,6 @@ from .doors import JSON_TYPES, Opened, answer_headers, asks_json, failed_respons
 USE_PATH = re.compile(r"/api/v1/coupons/([^/]+)/(redeem|reserve|confirm|release)")
 OPERATIONS: dict[str, type[CouponUseApi]] = {
     view.operation: view for view in (CouponRedeemApi, CouponReserveApi, CouponConfirmApi, CouponReleaseApi)}
-# The headers this door reads besides the doors' own (coupons.doors.ENVIRON_KEYS), by raw name.
-KEY_HEADER = b"idempotency-key"
 _PARSER, _RENDERER = StrictJSONParser(), JSONRenderer()  # the view's (REST_FRAMEWORK's defaults)
 _REPLAYED = (b"idempotent-replayed", b"true")
 
@@ -103,13 +101,9 @@ def _plain_use(request: Request, opened: Opened, code: str, operation: type[Coup
     length = meta.get("CONTENT_LENGTH")
     if length is not None and declared_length(length) != len(request.body):  # bad, or a body not read whole
         return None
-    key_header = None
-    for name, value in request.headers:
-        if name == KEY_HEADER:
-            key_header = value.decode("latin-1")
     try:
         identity = shopper_identity(meta)
-        key = idempotency_key_in(key_header, required=operation.key_required)
+        key = idempotency_key_of(meta, required=operation.key_required)  # as the view reads it: trimmed, joined
         data = _PARSER.parse(io.BytesIO(request.body))
         if not isinstance(data, dict):
             return None

@@ -7,8 +7,10 @@ answered shows in the headers: Django's answers carry DRF's `Allow`, the door's 
 """
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.error
+import urllib.parse
 import urllib.request
 from decimal import Decimal
 from typing import Any
@@ -174,3 +176,39 @@ def test_a_request_the_door_does_not_take_is_djangos_views_before_anything_chang
     if status == 200:  # the query string and the Accept ask for the same release, which the view made
         return
     assert (list(Coupon.objects.values_list("status", "version")), IdempotencyRecord.objects.count()) == before
+
+
+def test_the_door_reads_the_idempotency_key_as_the_view_does(http_server, client, live_campaign) -> None:
+    # given: alice's coupon
+    coupon = issued_coupon(live_campaign, "alice", **RULE)
+    parts = urllib.parse.urlsplit(http_server)
+
+    def door_use(action: str, body: dict[str, Any], *keys: str) -> tuple[int, dict[str, str], bytes]:
+        """A use through the door with these Idempotency-Key header lines, as sent (spaces, repeats)."""
+        conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+        try:
+            conn.putrequest("POST", f"/api/v1/coupons/{coupon.code}/{action}")
+            data = json.dumps(body).encode()
+            for name, value in {"Content-Type": "application/json", "Content-Length": str(len(data)),
+                                "X-User-Id": "alice", "X-Token": shopper_headers("alice")["HTTP_X_TOKEN"]}.items():
+                conn.putheader(name, value)
+            for key in keys:
+                conn.putheader("Idempotency-Key", key)
+            conn.endheaders(data)
+            response = conn.getresponse()
+            return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
+        finally:
+            conn.close()
+
+    # when: a reserve whose key has a space after it, and a confirm with the key sent twice, through the door
+    reserved = door_use("reserve", ORDER, "k-space ")
+    confirmed = door_use("confirm", {"order_id": "A-1"}, "k1", "k2")
+
+    # then: the door answered both, and the view finds each under the key it reads (trimmed; the two joined)
+    assert reserved[0] == confirmed[0] == 200 and "allow" not in reserved[1] and "allow" not in confirmed[1]
+    again = through_django(client, f"/api/v1/coupons/{coupon.code}/reserve", ORDER,
+                           headers={"Idempotency-Key": "k-space"})
+    assert (again.content, again["Idempotent-Replayed"]) == (reserved[2], "true")
+    again = through_django(client, f"/api/v1/coupons/{coupon.code}/confirm", {"order_id": "A-1"},
+                           headers={"Idempotency-Key": "k1,k2"})
+    assert (again.content, again["Idempotent-Replayed"]) == (confirmed[2], "true")

@@ -23,9 +23,10 @@ from typing import Any, NamedTuple
 import orjson
 from rest_framework.exceptions import ParseError, ValidationError
 from rest_framework.renderers import JSONRenderer
+from rest_framework.serializers import Serializer
 
 from core.api import validated
-from core.auth import tags_of
+from core.auth import Identity, tags_of
 from core.errors import ApplicationError, unavailable_of
 from core.handlers import PRIVATE_CACHE_CONTROL
 from core.http import body_of, client_ip, declared_length, error_body, host_allowed, shopper_identity
@@ -53,7 +54,7 @@ JSON_TYPES = frozenset({"application/json", "application/json; charset=utf-8", "
 JSON_RANGES = frozenset({"*/*", "application/*", "application/json"})
 # The event loop's doors' headers (the claim's, the claim status's): JSON, nosniff, private, no-store.
 HEADERS = [*JSON_HEADERS, (b"cache-control", PRIVATE_CACHE_CONTROL.encode())]
-_PARSER, _RENDERER = StrictJSONParser(), JSONRenderer()  # the view's (REST_FRAMEWORK's defaults)
+PARSER, RENDERER = StrictJSONParser(), JSONRenderer()  # the view's (REST_FRAMEWORK's defaults)
 _FAILED = orjson.dumps(body_of(500, "server_error", "Internal error."))
 
 
@@ -125,7 +126,7 @@ class ShopperDoors:
             return failed_response(exc, request_id)
         finally:
             request_id_var.reset(token)
-        return 200, answer_headers(request_id), _RENDERER.render(answer.body)
+        return 200, answer_headers(request_id), RENDERER.render(answer.body)
 
 
 class Opened(NamedTuple):
@@ -157,18 +158,28 @@ def failed_response(exc: Exception, request_id: str) -> Response:
 
 def _plain_cart(meta: dict[str, Any], body: bytes) -> tuple[str, frozenset[str], dict[str, Any]] | None:
     """(the shopper, their storefront's channels, the checked cart) of a request this door answers, or None: one
-    for Django's view. Nothing here counts or changes anything."""
+    for Django's view."""
+    checked = plain_json(meta, body, CartValidateInputSerializer)
+    return None if checked is None else (checked[0].user_id, checked[0].channels, checked[1])
+
+
+def plain_json(meta: dict[str, Any], body: bytes, serializer: type[Serializer]
+               ) -> tuple[Identity, dict[str, Any]] | None:
+    """(who the shopper's token says they are, the body checked by the view's input `serializer`) of a plain JSON
+    request a door answers: JSON in UTF-8 of the length declared, an answer asked as JSON, a valid token, a JSON
+    object the serializer accepts (the view's parser and serializer instance: core.api.validated). None: one for
+    Django's view. Nothing here counts or changes anything."""
     if (meta.get("CONTENT_TYPE") or "").lower() not in JSON_TYPES or not asks_json(meta.get("HTTP_ACCEPT")):
         return None
     length = meta.get("CONTENT_LENGTH")
-    if length is not None and declared_length(length) is None:
+    if length is not None and declared_length(length) != len(body):  # bad, or a body not read whole
         return None
     try:
         identity = shopper_identity(meta)
-        data = _PARSER.parse(io.BytesIO(body))
+        data = PARSER.parse(io.BytesIO(body))
         if not isinstance(data, dict):
             return None
-        return identity.user_id, identity.channels, validated(CartValidateInputSerializer, data)
+        return identity, validated(serializer, data)
     except (ApplicationError, ParseError, ValidationError):
         return None
 

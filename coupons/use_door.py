@@ -16,22 +16,18 @@ counts it (coupons.apis.count_use).
 from __future__ import annotations
 
 import asyncio
-import io
 import re
 from collections.abc import Awaitable
 from typing import Any, NamedTuple
 
 import orjson
 from django.core import signals
-from rest_framework.exceptions import ParseError, ValidationError
-from rest_framework.renderers import JSONRenderer
 
-from core.api import Shopper, validated
+from core.api import Shopper
 from core.auth import tags_of
 from core.errors import ApplicationError
-from core.http import client_ip, declared_length, idempotency_key_of, shopper_identity
+from core.http import client_ip, idempotency_key_of
 from core.logs import add_log_fields, log_fields_var, request_id_var
-from core.parsers import StrictJSONParser
 from core.postgresql.base import API_STATEMENT_SECONDS, statements_bounded
 from core.web import DjangoThreads
 from webserver.interface import Application, Request, Response
@@ -45,12 +41,11 @@ from .apis import (
     count_use,
     use_answer,
 )
-from .doors import JSON_TYPES, Opened, answer_headers, asks_json, failed_response, opened_request
+from .doors import RENDERER, Opened, answer_headers, failed_response, opened_request, plain_json
 
 USE_PATH = re.compile(r"/api/v1/coupons/([^/]+)/(redeem|reserve|confirm|release)")
 OPERATIONS: dict[str, type[CouponUseApi]] = {
     view.operation: view for view in (CouponRedeemApi, CouponReserveApi, CouponConfirmApi, CouponReleaseApi)}
-_PARSER, _RENDERER = StrictJSONParser(), JSONRenderer()  # the view's (REST_FRAMEWORK's defaults)
 _REPLAYED = (b"idempotent-replayed", b"true")
 
 
@@ -93,25 +88,20 @@ class UseDoor:
 
 
 def _plain_use(request: Request, opened: Opened, code: str, operation: type[CouponUseApi]) -> _Use | None:
-    """The checked request of a use this door takes, or None: one for Django's view. Nothing here counts or
+    """The checked request of a use this door takes (coupons.doors.plain_json, and an Idempotency-Key as the view
+    reads it: trimmed, a repeated header's values joined), or None: one for Django's view. Nothing here counts or
     changes anything."""
     meta = opened.meta
-    if (meta.get("CONTENT_TYPE") or "").lower() not in JSON_TYPES or not asks_json(meta.get("HTTP_ACCEPT")):
+    checked = plain_json(meta, request.body, operation.InputSerializer)
+    if checked is None:
         return None
-    length = meta.get("CONTENT_LENGTH")
-    if length is not None and declared_length(length) != len(request.body):  # bad, or a body not read whole
-        return None
+    identity, data = checked
     try:
-        identity = shopper_identity(meta)
-        key = idempotency_key_of(meta, required=operation.key_required)  # as the view reads it: trimmed, joined
-        data = _PARSER.parse(io.BytesIO(request.body))
-        if not isinstance(data, dict):
-            return None
-        checked = validated(operation.InputSerializer, data)
-    except (ApplicationError, ParseError, ValidationError):
+        key = idempotency_key_of(meta, required=operation.key_required)
+    except ApplicationError:
         return None
     shopper = Shopper(identity.user_id, tags_of(meta.get("HTTP_X_SHOPPER_TAGS")), identity.channels)
-    return _Use(operation, code, shopper, client_ip(meta), key, checked, opened.request_id)
+    return _Use(operation, code, shopper, client_ip(meta), key, data, opened.request_id)
 
 
 def _run(use: _Use) -> Response:
@@ -127,7 +117,7 @@ def _run(use: _Use) -> Response:
         headers = answer_headers(use.request_id)
         if answer.replayed:
             headers.append(_REPLAYED)
-        return answer.status, headers, _RENDERER.render(answer.body)
+        return answer.status, headers, RENDERER.render(answer.body)
     except Exception as exc:  # noqa: BLE001 - answered as the view answers it
         status, headers, body = failed_response(exc, use.request_id)
         count_use(use.operation.operation, status, orjson.loads(body) if isinstance(body, bytes) else None)

@@ -9,7 +9,7 @@ from campaigns.services import live_campaign_of_code, remembered_live_campaign
 from core.errors import NotFound
 
 from ..codes import CODE_RE
-from ..hot_reads import own_coupon, own_coupon_or_use
+from ..hot_reads import coupon_by_id, own_coupon, own_coupon_or_use
 from ..models import Coupon
 from ..outcomes import UseOutcome
 from ..unique_codes import unique_code_lookup
@@ -52,7 +52,7 @@ def _code_used(code: str, user_id: str, order_id: str, decide: Decide, *, new_us
     if own is None and not coupon_form:
         own = own_coupon(code=code, user_id=user_id)
     if own is not None:
-        return _retrying(own, decide)
+        return _retrying(lambda: coupon_by_id(own.pk), decide, read=own)
     now = timezone.now()
     if shared is not None:
         campaign = live_campaign_of_code(shared, at=now)

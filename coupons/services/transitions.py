@@ -30,7 +30,6 @@ from webhooks.outbox import delivery_trigger, outbox_ctes
 
 from .. import budget
 from ..events_out import OUT, coupon_event_payload
-from ..hot_reads import coupon_by_id
 from ..idempotency import PendingAnswer, answer_pending
 from ..models import Coupon, CouponEvent, CouponEventType, CouponStatus, IdempotencyRecord
 from ..outcomes import UseOutcome, jsonable
@@ -189,18 +188,14 @@ def coupon_settle(*, coupon: Coupon, now: datetime, source: str = "lazy") -> boo
 Decide = Callable[[Coupon, datetime], "UseOutcome | None"]
 
 
-def _retrying(find: Callable[[], Coupon] | Coupon, decide: Decide) -> UseOutcome:
-    """Run `decide(coupon)` on a settled read of the coupon until it is not beaten by a race. `find` reads the
-    coupon; or it is the coupon as just read (outside the transaction: one round trip fewer), which the first
-    attempt decides on: what it writes is conditional on the row's status and version (_transition), so a row
-    changed since is a race lost, decided again on a fresh read (coupons.hot_reads.coupon_by_id)."""
-    read: Coupon | None = find if isinstance(find, Coupon) else None
+def _retrying(find: Callable[[], Coupon], decide: Decide, read: Coupon | None = None) -> UseOutcome:
+    """Run `decide(coupon)` on a settled read of the coupon (`find`) until it is not beaten by a race. `read`: the
+    coupon as just read (outside the transaction: one round trip fewer), which the first attempt decides on: what
+    it writes is conditional on the row's status and version (_transition), so a row changed since is a race
+    lost, decided again on a fresh read."""
     for _ in range(MAX_ATTEMPTS):
         with budget.kept(), transaction.atomic():
-            if read is not None:
-                coupon, read = read, None
-            else:
-                coupon = find() if not isinstance(find, Coupon) else coupon_by_id(find.pk)
+            coupon, read = (read, None) if read is not None else (find(), None)
             now = timezone.now()
             if not coupon_settle(coupon=coupon, now=now):
                 continue

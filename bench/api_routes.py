@@ -627,6 +627,11 @@ class ApiBench:
                     this["loadavg_paced"] = [round(x, 2) for x in os.getloadavg()]
                 else:
                     self.report["notes"].append(f"round {i + 1}: the claim served nothing, no paced runs")
+        if a.floor:
+            import use_floor
+
+            self.report["floor"] = use_floor.measure(self.ids["code"], self.take, a.floor,
+                                                     {r.key for u in units for r in u})
         self.report["claimed_coupons"] = {"made": self.coupons_made, "dealt": self.dealt,
                                           "left_unused": len(self.coupons), "feeds": self.feeds}
         self.report["checks"] = self.checks()
@@ -796,6 +801,18 @@ def print_table(report: dict[str, Any]) -> None:
         met = {True: "yes", False: "no", None: "-"}[r["goal_met"]]
         print(f"| {r['route']} | {r['requests_per_s']} | {r['p99_ms']} | {r['x_claim']} | {goal} | {rate} | "
               f"{r['paced_p99_ms']} | {met} | {r['server_cpu_us']} | {r['notes']} |")
+    floor = report.get("floor")
+    if floor:
+        claim_cpu = report["rounds"][-1]["routes"]["claim"].get("server_cpu_us_per_request")
+        print("\nthe uses with no server (bench/use_floor.py): CPU a use in one thread of this process, and the "
+              "claim's server CPU a request (last round) over it: the most x claim a use could reach")
+        print("| route | CPU us a use, no server | server CPU us/req | ceiling x claim |")
+        print("| --- | ---: | ---: | ---: |")
+        for r in report["table"]:
+            if r["key"] in floor:
+                us = floor[r["key"]]["cpu_us_per_use"]
+                ceiling = f"{claim_cpu / us:.3f}" if claim_cpu else "-"
+                print(f"| {r['route']} | {us:,.0f} | {r['server_cpu_us']} | {ceiling} |")
     for note in report["notes"]:
         print(f"NOTE: {note}")
     print(f"json: {rel(Path(report['file']))}", flush=True)
@@ -825,6 +842,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="claimed coupons made at the set-up (2000); more are made before each round as needed")
     p.add_argument("--paced", action="store_true",
                    help="after each round, each route with a goal at goal x that round's claim req/s: its p99")
+    p.add_argument("--floor", type=int, default=0, metavar="N",
+                   help="after the rounds, N of each use in this process, no server: its CPU (bench/use_floor.py)")
     p.add_argument("--p99-goal", type=float, default=50.0, help="the paced p99 a goal allows, ms (50)")
     p.add_argument("--quick", action="store_true", help="3 s loads, 1 s warm-up, 1 round, 5,000 holders")
     p.add_argument("--force-flush", action="store_true", help="flush REDIS_URL's db even if not a bench's")

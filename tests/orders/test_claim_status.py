@@ -196,8 +196,11 @@ def test_a_wait_that_is_not_0_to_25_seconds_is_a_400(live_campaign, http_server,
         assert (status, json.loads(body)["status"]) == (400, "invalid_request"), query
         assert headers["cache-control"] == NO_STORE
         assert through_django(client, claim_id, query=query).status_code == 400, query
-    for query in ("?wait=0", "?wait=0.1", "?wait=25", "", "?wait=0.2345678901", "?wait=1e-05"):  # the schema's number
+    for query in ("?wait=0", "?wait=0.1", "", "?wait=0.2345678901", "?wait=1e-05"):  # the schema's number
         assert json.loads(over_http(http_server, claim_id, query=query)[2])["status"] == "pending", query
+    drain_campaign(campaign_id=campaign.pk)  # issued: a long poll answers at once (25 s on a pending claim)
+    for query in ("?wait=25", "?wait=24.999"):
+        assert json.loads(over_http(http_server, claim_id, query=query)[2])["status"] == "issued", query
 
 
 def test_without_a_token_it_is_the_same_401_from_both_doors(live_campaign, http_server, client) -> None:

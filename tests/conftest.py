@@ -26,10 +26,20 @@ from core.auth import mint_token
 from core.public_cache import forget_public_answers
 from devstack import STATIC_ROOT, resolve, web_command
 from orders.claim import forget_campaign_facts
+from storefronts.keyring import KEYRING
 
 from .factories import CampaignFactory
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session", autouse=True)
+def storefront_keys_stop_before_the_test_database_goes(django_db_setup: Any) -> Iterator[None]:
+    """The test process's storefront-key refresher (storefronts.keyring), started by a keyed token, reads
+    PostgreSQL every second: stopped before pytest-django drops the test database, or its next read fails and
+    logs to pytest's closed output ("--- Logging error ---" after the summary)."""
+    yield
+    KEYRING.forget()
 
 
 @pytest.fixture(autouse=True)

@@ -95,6 +95,7 @@ CART_LINES = [{"sku": "TEA-1", "category": "tea", "quantity": 2, "unit_price": "
               {"sku": "CUP-9", "quantity": 1, "unit_price": "60.00"}]
 TOKEN_TTL = 3000  # seconds: under COUPONS_TOKEN_MAX_TTL (3600), longer than a default run
 HELD = 0.95  # a paced run held its rate if it served at least this share of it
+RETENTION_SECONDS = 7200  # the ledger's retention for the run (COUPONS_LEDGER_RETENTION_SECONDS): longer than a run
 
 
 @dataclass
@@ -280,10 +281,15 @@ class ApiBench:
         flush_redis(stores.redis_url, what="api routes bench", allowed=True, force=a.force_flush or stores.own_redis)
         self.secret = secrets.token_hex(16)
         env = self.env = child_env(stores, self.secret)
+        # Redis answers GET /claims/{id} for claims younger than the ledger's retention (campaigns.claim_settled:
+        # 600 s by default), PostgreSQL through Django after: a run's later rounds would read the set-up's claims
+        # there. A run's claims are kept in Redis for its whole length (a sale's shoppers ask within seconds).
+        env["COUPONS_LEDGER_RETENTION_SECONDS"] = str(RETENTION_SECONDS)
         run_step("migrate", manage("migrate", "--noinput", "-v", "0"), env)
         common.collectstatic_if_missing(env)
         os.environ.update({k: env[k] for k in ("DJANGO_SETTINGS_MODULE", "DJANGO_DEBUG", "DATABASE_URL", "REDIS_URL",
-                                                "CELERY_BROKER_URL", "COUPONS_TOKEN_SECRET")})
+                                                "CELERY_BROKER_URL", "COUPONS_TOKEN_SECRET",
+                                                "COUPONS_LEDGER_RETENTION_SECONDS")})
         import django
 
         django.setup()

@@ -42,21 +42,23 @@ def _use(operation: str, code: str, user: str, order: str) -> dict[str, Any]:
 _MEANT = {"redeem": "redeemed", "reserve": "reserved", "confirm": "redeemed", "release": "released"}
 
 
-def _timed(operation: str, uses: list[tuple[str, str, str]]) -> float:
-    """CPU seconds of this thread per use of `operation` over `uses` (code, user, order)."""
-    start = time.thread_time()
+def _used(operation: str, uses: list[tuple[str, str, str]]) -> None:
+    """`operation` of each of `uses` (code, user, order); an answer not the one meant stops the bench."""
     for code, user, order in uses:
         body = _use(operation, code, user, order)
         if body.get("code") != 0 or body.get("status") != _MEANT[operation]:
             raise BenchError(f"{operation} of {code} for {user} answered {body}")
+
+
+def _timed(operation: str, uses: list[tuple[str, str, str]]) -> float:
+    """CPU seconds of this thread per use of `operation` over `uses`."""
+    start = time.thread_time()
+    _used(operation, uses)
     return (time.thread_time() - start) / len(uses)
 
 
 def _held(uses: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
-    for code, user, order in uses:
-        body = _use("reserve", code, user, order)
-        if body.get("status") != "reserved":
-            raise BenchError(f"reserve of {code} for {user} answered {body}")
+    _used("reserve", uses)
     return uses
 
 

@@ -195,7 +195,8 @@ def _retrying(find: Callable[[], Coupon], decide: Decide, read: Coupon | None = 
     lost, decided again on a fresh read."""
     for _ in range(MAX_ATTEMPTS):
         with budget.kept(), transaction.atomic():
-            coupon, read = (read, None) if read is not None else (find(), None)
+            coupon = read if read is not None else find()
+            read = None  # a later attempt reads afresh
             now = timezone.now()
             if not coupon_settle(coupon=coupon, now=now):
                 continue
